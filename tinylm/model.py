@@ -1,0 +1,250 @@
+"""The whole model in one file: a Llama/Qwen3-style decoder-only transformer.
+
+    idx (B, T) ──► embed_tokens ──► [ Block ] x n_layers ──► norm ──► lm_head ──► logits (B, T, V)
+
+    Block (pre-norm):   x = x + self_attn(input_layernorm(x))          RoPE, grouped KV heads, causal
+                        x = x + mlp(post_attention_layernorm(x))       SwiGLU
+
+Module names are Hugging Face's (`q_proj`, `gate_proj`, `input_layernorm`, ...), so a state dict moves
+into `LlamaForCausalLM` / `Qwen3ForCausalLM` with no reshaping (see `tinylm.hf`).
+Shapes: B batch, T time, C = dim, H query heads, Hkv KV heads, D head_dim, V vocab.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .cache import KVCache
+from .config import Config
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight over the last dim (Zhang & Sennrich, 2019). Computed in fp32, cast back."""
+
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()  # squaring bf16/fp16 values overflows or loses precision
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# RoPE (Su et al., 2021), "rotate half" layout as in Hugging Face and GGUF.
+#
+#   dims:  [ x0 x1 ... x(D/2-1) | x(D/2) ... x(D-1) ]     pair i = (x_i, x_{i+D/2}), angle pos * theta_i
+#   The interleaved layout of the RoFormer paper pairs (x_2i, x_2i+1) instead. Both are valid, but a
+#   checkpoint trained with one gives wrong outputs under the other (reference.interleaved_to_half).
+# ---------------------------------------------------------------------------------------------
+def rope_tables(head_dim: int, max_len: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (max_len, head_dim), fp32: pair i turns at base**(-2i/head_dim) rad/position."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))  # (D/2,)
+    angles = torch.outer(torch.arange(max_len, dtype=torch.int64).float(), inv_freq)                  # (T, D/2)
+    angles = torch.cat([angles, angles], dim=-1)                                                     # (T, D)
+    return angles.cos(), angles.sin()
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """Rotate x of shape (..., T, D) as positions offset..offset+T-1 (offset > 0 when decoding with a cache)."""
+    T = x.shape[-2]
+    cos, sin = cos[offset : offset + T].to(x.dtype), sin[offset : offset + T].to(x.dtype)  # (T, D)
+    return x * cos + rotate_half(x) * sin
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention with grouped KV heads (GQA, Ainslie et al., 2023)
+# ---------------------------------------------------------------------------------------------
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(B, Hkv, S, D) -> (B, Hkv * n_rep, S, D): KV head j serves query heads j*n_rep ... j*n_rep + n_rep-1."""
+    B, Hkv, S, D = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None].expand(B, Hkv, n_rep, S, D).reshape(B, Hkv * n_rep, S, D)
+
+
+def causal_mask(T: int, S: int, device=None) -> torch.Tensor:
+    """(T, S) bool, True where allowed: the T queries are the last T of S positions, each sees itself and the past."""
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    """The step-by-step path: repeat KV heads, scores, mask, softmax, weighted sum.
+
+    q (B, H, T, D); k, v (B, Hkv, S, D). Same result as `attention`, written out for teaching.
+    """
+    n_rep = q.shape[1] // k.shape[1]
+    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)                 # (B, H, S, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])        # (B, H, T, S)
+    if causal:
+        mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1) @ v                                # (B, H, T, D)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    """Fused attention: `scaled_dot_product_attention` reads the Hkv heads directly (enable_gqa), no copies."""
+    T, S = q.shape[-2], k.shape[-2]
+    if not causal or T == 1:  # one new token may look at every cached position
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    if T == S:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    # a chunk of T queries after S - T cached positions: is_causal would align the mask top-left
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, S, q.device), enable_gqa=True)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: Config, layer_idx: int = 0):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        if cfg.qk_norm:  # Qwen3: normalise each head's q and k before RoPE
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+        self.explicit = False  # True: use attention_explicit (for teaching and tests)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: KVCache | None = None) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)       # (B, T, H, D)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)    # (B, T, Hkv, D)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)    # (B, T, Hkv, D)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H|Hkv, T, D)
+        offset = cache.pos if cache is not None else 0
+        q, k = apply_rope(q, cos, sin, offset), apply_rope(k, cos, sin, offset)
+        if cache is not None:
+            k, v = cache.update(self.layer_idx, k, v)                    # (B, Hkv, offset + T, D)
+        y = (attention_explicit if self.explicit else attention)(q, k, v)  # (B, H, T, D)
+        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
+        return self.o_proj(y)                                            # (B, T, C)
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)) (Shazeer, 2020)."""
+
+    def __init__(self, dim: int, ffn_dim: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, ffn_dim, bias=False)
+        self.up_proj = nn.Linear(dim, ffn_dim, bias=False)
+        self.down_proj = nn.Linear(ffn_dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # (B, T, C)
+
+
+class Block(nn.Module):
+    """Pre-norm block: normalise, transform, add back to the residual stream."""
+
+    def __init__(self, cfg: Config, layer_idx: int = 0):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.self_attn = Attention(cfg, layer_idx)
+        self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        if cfg.n_experts:
+            from .moe import MoE  # chapter 7: a router and several SwiGLU experts
+
+            self.mlp = MoE(cfg)
+        else:
+            self.mlp = SwiGLU(cfg.dim, cfg.ffn_dim)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: KVCache | None = None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x
+
+
+class TinyLM(nn.Module):
+    mlp_aux_weight: float = 0.01  # weight of the MoE load-balancing loss (Switch Transformer uses 0.01)
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        if not isinstance(cfg, Config):
+            raise ValueError(f"TinyLM needs a tinylm.Config, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_base)
+        self.register_buffer("cos", cos, persistent=False)  # (max_seq_len, D), rebuilt, never saved
+        self.register_buffer("sin", sin, persistent=False)
+        self.apply(self._init_weights)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight  # one (V, C) matrix reads in and writes out
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx (B, T) token ids -> logits (B, T, V), and the mean cross-entropy if targets (B, T) are given.
+
+        Targets equal to -100 are ignored. With a cache, idx holds the positions cache.pos ... cache.pos + T - 1.
+        """
+        self._check_input(idx, targets, cache)
+        x = self.embed_tokens(idx)                                       # (B, T, C)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin, cache)                      # (B, T, C)
+        if cache is not None:
+            cache.pos += idx.shape[1]
+        logits = self.lm_head(self.norm(x))                              # (B, T, V)
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+        aux = [layer.mlp.aux_loss for layer in self.layers if getattr(layer.mlp, "aux_loss", None) is not None]
+        if aux:  # mixture of experts: the load-balancing loss joins the training loss
+            self.last_aux_loss = torch.stack(aux).mean()
+            loss = loss + self.mlp_aux_weight * self.last_aux_loss
+        return logits, loss
+
+    def _check_input(self, idx, targets, cache) -> None:
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
+            shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
+            raise ValueError(f"idx must be a (batch, time) tensor of token ids, got shape {shape}; "
+                             "add a batch dimension with idx[None] for a single sequence")
+        if idx.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"idx must hold integer token ids (torch.long), got dtype {idx.dtype}")
+        start = cache.pos if cache is not None else 0
+        if start + idx.shape[1] > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {start + idx.shape[1]} exceeds max_seq_len "
+                             f"({self.cfg.max_seq_len}); crop idx or build the model with a larger max_seq_len")
+        if cache is not None and start + idx.shape[1] > cache.max_len:
+            raise ValueError(f"the KV cache holds {cache.max_len} positions, {start + idx.shape[1]} needed; "
+                             "make the cache with a larger max_len")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
+            raise ValueError(f"token ids must lie in [0, vocab_size={self.cfg.vocab_size}), got range "
+                             f"[{int(idx.min())}, {int(idx.max())}]")
+        if targets is not None and targets.shape != idx.shape:
+            raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
+
+    def set_explicit_attention(self, explicit: bool = True) -> "TinyLM":
+        """Switch every layer to the step-by-step attention path (same numbers, slower)."""
+        for layer in self.layers:
+            layer.self_attn.explicit = explicit
+        return self
+
+    def new_cache(self, batch_size: int = 1, max_len: int | None = None, dtype: torch.dtype | None = None) -> KVCache:
+        """An empty preallocated KV cache on this model's device and dtype."""
+        return KVCache(self.cfg, batch_size, max_len or self.cfg.max_seq_len,
+                       dtype=dtype or self.embed_tokens.weight.dtype, device=self.embed_tokens.weight.device)
