@@ -32,7 +32,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x = x.float()  # squaring bf16/fp16 values overflows or loses precision
+        x = x.to(torch.promote_types(dtype, torch.float32))  # bf16/fp16 squares overflow: use fp32 (or fp64)
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
 
@@ -45,10 +45,14 @@ class RMSNorm(nn.Module):
 #   checkpoint trained with one gives wrong outputs under the other (reference.interleaved_to_half).
 # ---------------------------------------------------------------------------------------------
 def rope_tables(head_dim: int, max_len: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape (max_len, head_dim), fp32: pair i turns at base**(-2i/head_dim) rad/position."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))  # (D/2,)
-    angles = torch.outer(torch.arange(max_len, dtype=torch.int64).float(), inv_freq)                  # (T, D/2)
-    angles = torch.cat([angles, angles], dim=-1)                                                     # (T, D)
+    """cos, sin of shape (max_len, head_dim): pair i turns at base**(-2i/head_dim) rad/position.
+
+    Computed and kept in float64 (a float32 angle at position 1000 is already off by ~1e-4 rad);
+    `apply_rope` casts the rows it uses to the activations' dtype.
+    """
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)   # (D/2,)
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)          # (T, D/2)
+    angles = torch.cat([angles, angles], dim=-1)                                         # (T, D)
     return angles.cos(), angles.sin()
 
 

@@ -1,0 +1,67 @@
+# Parameter counting against PyTorch's own count. Run: .venv/bin/python -m pytest tests/test_params.py
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from tinylm import Config, TinyLM, count_params, kv_cache_bytes
+
+
+def numel(cfg: Config) -> int:
+    return sum(p.numel() for p in TinyLM(cfg).parameters())
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("running-example", 63_910_656), ("small-variant", 26_878_464), ("mini-companion", 3_869_184)])
+def test_presets_match_the_curriculum_and_numel(name, expected):
+    cfg = Config.from_preset(name)
+    assert count_params(cfg).total == expected
+    assert numel(cfg) == expected
+
+
+def test_mini_companion_breakdown():
+    p = count_params(Config.from_preset("mini-companion"))
+    assert p.embedding == 4096 * 256
+    assert p.attention == 4 * (2 * 256 * 256 + 2 * 256 * 64 + 2 * 32)
+    assert p.feed_forward == 4 * 3 * 256 * 704
+    assert p.norms == 4 * 2 * 256 + 256
+    assert p.head == 0
+
+
+def test_untying_adds_vocab_times_dim():
+    cfg = Config()
+    assert count_params(cfg.replace(tie_embeddings=False)).total - count_params(cfg).total == 6400 * 768
+
+
+@st.composite
+def configs(draw):
+    n_kv = draw(st.integers(1, 4))
+    n_heads = n_kv * draw(st.integers(1, 3))
+    head_dim = 2 * draw(st.integers(1, 8))
+    n_experts = draw(st.sampled_from([0, 0, 1, 3]))
+    return Config(
+        vocab_size=draw(st.integers(1, 300)), dim=n_heads * head_dim, n_layers=draw(st.integers(1, 3)),
+        n_heads=n_heads, n_kv_heads=n_kv, ffn_dim=draw(st.integers(1, 64)), max_seq_len=draw(st.integers(1, 64)),
+        qk_norm=draw(st.booleans()), tie_embeddings=draw(st.booleans()), n_experts=n_experts,
+        experts_per_token=1 if n_experts < 2 else draw(st.sampled_from([1, 2])),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(configs())
+def test_count_equals_numel_for_any_config(cfg):
+    assert count_params(cfg).total == numel(cfg)
+
+
+def test_kv_cache_bytes_reference_figures():
+    cfg = Config(n_layers=8, dim=768, n_heads=8)  # head_dim 96
+    mha, gqa, mqa = (kv_cache_bytes(cfg.replace(n_kv_heads=h), seq_len=2048) for h in (8, 4, 1))
+    assert mha == 2 * 8 * 8 * 2048 * 96 * 2 == 50_331_648
+    assert (gqa, mqa) == (mha // 2, mha // 8)
+    assert kv_cache_bytes(cfg, 10, batch=3, bytes_per=4) == 2 * 8 * 3 * 4 * 10 * 96 * 4
+
+
+@pytest.mark.parametrize("kwargs, name", [({"seq_len": 0}, "seq_len"), ({"seq_len": 4, "batch": -1}, "batch"),
+                                          ({"seq_len": 4, "bytes_per": 0}, "bytes_per")])
+def test_kv_cache_bytes_rejects_bad_sizes(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        kv_cache_bytes(Config(), **kwargs)

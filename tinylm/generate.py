@@ -1,0 +1,207 @@
+"""Generating text: pick the next token from the logits, append it, repeat.
+
+    prompt idx (B, T) ──► prefill: one forward over the whole prompt, filling the KV cache
+                      ──► logits of the last position (B, V) ──► sample_next ──► token (B,)
+                      ──► step: one forward of that single token (T = 1) against the cache ──► ...
+
+Sampling (Holtzman et al., 2020, "The Curious Case of Neural Text Degeneration"):
+    temperature  divide the logits by t: t < 1 sharpens the distribution, t > 1 flattens it, 0 is greedy
+    top-k        keep only the k most likely tokens (Fan et al., 2018)
+    top-p        keep the smallest set of most likely tokens whose total probability reaches p (nucleus)
+They are applied in that order (as in Hugging Face): temperature, then top-k, then top-p on what remains.
+Ties are broken by token id: among equal logits the lower id counts as more likely, so every filter
+keeps exactly the tokens it says it keeps, the same ones on every run.
+
+Shapes: B batch, T prompt length, V vocab. All helpers work on the last dim and are vectorised over the rest.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .model import TinyLM
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling helpers: pure functions of the logits, usable on a hand-made 5-token distribution.
+# ---------------------------------------------------------------------------------------------
+def _check_temperature(temperature: float) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature}")
+
+
+def _check_top_k(top_k: int | None) -> None:
+    if top_k is None:
+        return
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise ValueError(f"top_k must be an int >= 1 or None (no top-k filter), got {top_k!r}")
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1 (or None for no top-k filter), got {top_k}")
+
+
+def _check_top_p(top_p: float | None) -> None:
+    if top_p is None:
+        return
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be a number in (0, 1] or None (no nucleus filter), got {top_p!r}")
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits (..., V) / temperature. temperature must be > 0 (greedy decoding is argmax, not t = 0 here)."""
+    _check_temperature(temperature)
+    if temperature == 0:
+        raise ValueError("temperature must be > 0 to rescale logits; temperature 0 means greedy decoding: "
+                         "use logits.argmax(-1) or sample_next(logits, temperature=0)")
+    return logits / temperature
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep exactly the k largest logits of (..., V), set the rest to -inf.
+
+    Ties: a stable sort puts equal logits in token-id order, so at the boundary the lower ids are kept.
+    k >= V keeps everything.
+    """
+    _check_top_k(k)
+    if k >= logits.shape[-1]:
+        return logits
+    order = logits.argsort(dim=-1, descending=True, stable=True)       # (..., V) token ids, most likely first
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, order[..., :k], True)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus filter: keep the smallest set of most likely tokens whose total probability is >= p.
+
+    A token is dropped when the tokens ranked above it already hold probability >= p, so the top token
+    always stays. Ties are ranked by token id (lower id first). p = 1 keeps everything.
+    """
+    _check_top_p(p)
+    if p == 1:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)  # (..., V)
+    probs = sorted_logits.float().softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs                          # (..., V) probability ranked above
+    drop_sorted = mass_before >= p
+    drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)  # back to token-id order
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+            generator: torch.Generator | None) -> torch.Tensor:
+    """sample_next without the argument checks (generate checks them once, not once per token)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)                                    # greedy; ties go to the lowest id
+    logits = logits.float() / temperature
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    probs = logits.softmax(dim=-1).reshape(-1, logits.shape[-1])       # (B, V)
+    return torch.multinomial(probs, 1, generator=generator).view(logits.shape[:-1])
+
+
+def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Pick one token id per row of logits (B, V) -> (B,) (or (V,) -> a 0-dim tensor).
+
+    temperature 0 is greedy (argmax, top_k/top_p ignored); otherwise temperature, then top-k, then top-p,
+    then one draw from the softmax. Pass a seeded `torch.Generator` to make the draws reproducible.
+    """
+    _check_temperature(temperature)
+    _check_top_k(top_k)
+    _check_top_p(top_p)
+    if not isinstance(logits, torch.Tensor) or logits.dim() not in (1, 2) or not logits.is_floating_point():
+        what = f"shape {tuple(logits.shape)}, dtype {logits.dtype}" if isinstance(logits, torch.Tensor) \
+            else type(logits).__name__
+        raise ValueError(f"logits must be a float tensor of shape (B, V) or (V,), got {what}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return _sample(logits, temperature, top_k, top_p, generator)
+
+
+# ---------------------------------------------------------------------------------------------
+# The decoding loop
+# ---------------------------------------------------------------------------------------------
+def generate(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
+             generator: torch.Generator | None = None, eos_id: int | None = None) -> torch.Tensor:
+    """Continue each prompt of idx (B, T) by up to max_new_tokens tokens -> (B, T + new) token ids.
+
+    use_cache=True: one prefill call over the prompt fills a KV cache preallocated for T + max_new_tokens
+    positions, then every new token is a single-position call (T = 1). use_cache=False recomputes the
+    whole sequence for every token (same tokens, much slower; for comparison).
+    eos_id: rows that have produced it keep emitting it; generation stops early once every row has.
+    Runs under torch.inference_mode() with the model in eval mode (its previous mode is restored).
+    """
+    _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator, eos_id)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            out = _decode(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator, eos_id)
+    finally:
+        model.train(was_training)
+    return out.clone()  # a normal tensor again: inference tensors cannot be fed to a forward that trains
+
+
+def _decode(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: float, top_k: int | None,
+            top_p: float | None, use_cache: bool, generator: torch.Generator | None,
+            eos_id: int | None) -> torch.Tensor:
+    B, T = idx.shape
+    out = idx.new_empty(B, T + max_new_tokens)                          # (B, T + new), filled as we go
+    out[:, :T] = idx
+    if max_new_tokens == 0:
+        return out
+    cache = model.new_cache(B, T + max_new_tokens) if use_cache else None
+    finished = torch.zeros(B, dtype=torch.bool, device=idx.device) if eos_id is not None else None
+    logits = model(idx, cache=cache)[0][:, -1]                          # (B, V) prefill (or first full pass)
+    for t in range(T, T + max_new_tokens):
+        token = _sample(logits, temperature, top_k, top_p, generator)   # (B,)
+        if finished is not None:
+            token = token.masked_fill(finished, eos_id)                 # finished rows keep emitting eos
+            finished |= token == eos_id
+        out[:, t] = token
+        if t == T + max_new_tokens - 1:
+            break                                                       # the last token needs no forward
+        if finished is not None and bool(finished.all()):
+            return out[:, : t + 1]
+        if use_cache:
+            logits = model(out[:, t : t + 1], cache=cache)[0][:, -1]    # (B, V) one new position
+        else:
+            logits = model(out[:, : t + 1])[0][:, -1]                   # (B, V) recompute everything
+    return out
+
+
+def _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator,
+                         eos_id) -> None:
+    if not isinstance(model, TinyLM):
+        raise ValueError(f"model must be a tinylm.TinyLM, got {type(model).__name__}")
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
+        what = f"shape {tuple(idx.shape)}, dtype {idx.dtype}" if isinstance(idx, torch.Tensor) else type(idx).__name__
+        raise ValueError(f"idx must be a (batch, time) torch.long tensor of token ids, got {what}; "
+                         "use idx[None] to add a batch dimension and idx.long() to convert")
+    if idx.shape[1] == 0:
+        raise ValueError("idx must hold at least one prompt token per row (e.g. a <bos> id), got time length 0")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    _check_temperature(temperature)
+    _check_top_k(top_k)
+    _check_top_p(top_p)
+    if not isinstance(use_cache, bool):
+        raise ValueError(f"use_cache must be True or False, got {use_cache!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    vocab = model.cfg.vocab_size
+    if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 0 <= eos_id < vocab):
+        raise ValueError(f"eos_id must be a token id in [0, vocab_size={vocab}) or None, got {eos_id!r}")
+    T, limit = idx.shape[1], model.cfg.max_seq_len
+    if T + max_new_tokens > limit:
+        fix = (f"ask for at most {max(limit - T, 0)} new tokens, or keep only the last {limit - max_new_tokens} prompt "
+               f"tokens (idx[:, -{limit - max_new_tokens}:])" if max_new_tokens < limit else
+               "max_new_tokens alone must stay below max_seq_len; generate in pieces with a cropped prompt")
+        raise ValueError(f"prompt length {T} + max_new_tokens {max_new_tokens} = {T + max_new_tokens} exceeds the "
+                         f"model's max_seq_len ({limit}); {fix}, or build the model with a larger max_seq_len")
