@@ -72,7 +72,7 @@ class MoE(nn.Module):
         for e, slots in enumerate(order.split(counts.tolist())):         # one call per expert, not per token
             if slots.numel() == 0:
                 continue
-            tokens = slots % x.shape[0]                                 # (n_e,) token index of each slot
+            tokens = slots // self.top_k                                 # (n_e,) token index of each slot
             y = self.experts[e](x.index_select(0, tokens))               # (n_e, C)
             out.index_add_(0, tokens, y * slot_weights[slots, None])     # add back, weighted
         return out.view(shape)                                           # (B, T, C)
