@@ -1,0 +1,41 @@
+# tinylm course. Quick start: `make book` (build the HTML) and `make test` (unit tests + every chapter).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+CHAPTERS := $(sorted $(wildcard chapters/*.ipynb))
+
+.PHONY: setup book test unit nbval execute bench clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+book: setup
+	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+	@echo "The book is built: open _build/html/index.html"
+
+# Unit tests, then every chapter re-executed and compared with its committed outputs (nbval).
+test: setup
+	$(BIN)/python -m pytest --nbval --durations=15 tests chapters
+
+unit: setup
+	$(BIN)/python -m pytest tests
+
+nbval: setup
+	$(BIN)/python -m pytest --nbval chapters
+
+# Re-execute every chapter in place (commit the outputs with the source). One chapter: make execute CHAPTERS=chapters/01_...
+execute: setup
+	$(BIN)/python tools/execute.py $(CHAPTERS)
+
+bench: setup
+	$(BIN)/python bench/bench.py
+
+clean:
+	rm -rf _build .pytest_cache

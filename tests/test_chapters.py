@@ -1,0 +1,87 @@
+# Structure of every chapter notebook (not its outputs: nbval checks those). Run: .venv/bin/python -m pytest tests/test_chapters.py
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+IGNORE_TAGS = {"nbval-ignore-output", "nbval-skip", "raises-exception"}
+
+
+def load(path):
+    return json.loads(path.read_text())
+
+
+def code_cells(nb):
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def repo_url():
+    return re.search(r"^\s*url:\s*(\S+)", (ROOT / "_config.yml").read_text(), re.M).group(1)
+
+
+def test_there_are_chapters():
+    assert CHAPTERS, "no notebooks in chapters/"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_at_least_85_percent_of_code_cells_are_output_compared(path):
+    cells = code_cells(load(path))
+    ignored = [c for c in cells if IGNORE_TAGS & set(c["metadata"].get("tags", []))
+               or re.search(r"#\s*NBVAL_(IGNORE_OUTPUT|SKIP)", "".join(c["source"]))]
+    share = 1 - len(ignored) / len(cells)
+    assert share >= 0.85, f"{path.name}: only {share:.0%} of code cells are compared by nbval"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_every_code_cell_was_executed_and_left_no_error(path):
+    for n, cell in enumerate(code_cells(load(path))):
+        if "".join(cell["source"]).strip():
+            assert cell["execution_count"] is not None, f"{path.name}: code cell {n} never executed (make execute)"
+        assert not [o for o in cell["outputs"] if o["output_type"] == "error"], f"{path.name}: cell {n} errors"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_first_cell_installs_tinylm_from_the_configured_repository(path):
+    first = "".join(load(path)["cells"][0]["source"])
+    assert 'find_spec("tinylm") is None' in first and "pip" in first
+    assert f"git+{repo_url()}@main" in first, "the setup cell must use the repository URL of _config.yml"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_has_the_required_elements(path):
+    nb = load(path)
+    text = "\n".join("".join(c["source"]) for c in nb["cells"])
+    for needed in ["Learning objectives", "Quick check", "Your turn", "Key takeaways"]:
+        assert needed in text, f"{path.name} lacks a '{needed}' section"
+    assert "quiz(" in text and "check" in text
+    assert any("image/png" in o.get("data", {}) for c in code_cells(nb) for o in c["outputs"]), "no figure"
+    solutions = [c for c in code_cells(nb) if "hide-input" in c["metadata"].get("tags", [])]
+    assert solutions, f"{path.name}: the exercise needs a collapsed (hide-input) solution"
+    assert not re.search(r"from tinylm\.model import .*TinyLM|class TinyLM", text.replace("import TinyLM", "")), \
+        "chapters import the model, never redefine it"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_outputs_are_clean(path):
+    for cell in code_cells(load(path)):
+        for out in cell["outputs"]:
+            text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+            if "image/png" not in out.get("data", {}):  # a figure's repr with no picture: a stray <Figure ...>
+                assert "<Figure size" not in text, "end plot cells with plt.show()"
+            assert "Traceback" not in text
+
+
+def test_toc_lists_every_chapter():
+    toc = (ROOT / "_toc.yml").read_text()
+    for path in CHAPTERS:
+        assert f"chapters/{path.stem}" in toc, f"{path.name} is missing from _toc.yml"
+
+
+def test_metadata_is_clean():
+    for path in CHAPTERS:
+        nb = load(path)
+        assert set(nb["metadata"]) <= {"kernelspec", "language_info", "jupytext"}, f"{path.name}: run make execute"
+        assert "widgets" not in nb["metadata"]

@@ -1,0 +1,289 @@
+"""Helpers only the book needs: quizzes, exercise checkers, explorers (live and static), plot style.
+
+Everything here works in the three places a reader meets a chapter:
+- the static HTML book (no kernel): quizzes and static explorers are plain HTML + inline JavaScript;
+- Colab (ipywidgets 7.7) and local Jupyter (ipywidgets 8): live explorers use only widgets both share.
+Element ids are derived from a key the chapter gives, so re-executing a chapter prints the same HTML.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import itertools
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+
+# ---------------------------------------------------------------------------------------------
+# Plot style
+# ---------------------------------------------------------------------------------------------
+def plot_style() -> None:
+    """One look for every figure of the course (call once per chapter)."""
+    import matplotlib as mpl
+
+    mpl.rcParams.update({
+        "figure.figsize": (6.4, 3.6), "figure.dpi": 100, "savefig.dpi": 100,
+        "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
+        "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9, "font.size": 10,
+        "svg.hashsalt": "tinylm",  # deterministic SVG ids
+    })
+
+
+def _slug(key: str) -> str:
+    slug = re.sub(r"[^a-zA-Z0-9]+", "-", key).strip("-").lower()
+    if not slug:
+        raise ValueError(f"key must contain letters or digits, got {key!r}")
+    return slug
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables: aligned text for nbval and notebooks, an HTML table in the book
+# ---------------------------------------------------------------------------------------------
+class Table:
+    """rows of cells under headers; numbers are formatted by the caller (so what is printed is what is meant)."""
+
+    def __init__(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str = ""):
+        if any(len(r) != len(headers) for r in rows):
+            raise ValueError(f"every row needs {len(headers)} cells, one per header")
+        self.headers, self.rows, self.title = [str(h) for h in headers], [[str(c) for c in r] for r in rows], title
+
+    def __repr__(self) -> str:
+        widths = [max(len(x) for x in col) for col in zip(self.headers, *self.rows)]
+        fmt = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        lines = ([self.title] if self.title else []) + [fmt(self.headers), fmt(["-" * w for w in widths])]
+        return "\n".join(lines + [fmt(r) for r in self.rows])
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.rows)
+        caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
+        return f'<table class="tl-table">{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> Table:
+    """Show rows as a table; leave it as the last expression of a cell."""
+    return Table(headers, rows, title)
+
+
+def millions(n: int | float, digits: int = 1) -> str:
+    """63_910_656 -> '63.9M'."""
+    return f"{n / 1e6:.{digits}f}M"
+
+
+# ---------------------------------------------------------------------------------------------
+# Quizzes: buttons with feedback, no kernel needed
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Question:
+    """One multiple-choice question. `answer` is the index of the correct option; `feedback` has one
+    explanation per option (shown when that option is clicked)."""
+
+    question: str
+    options: Sequence[str]
+    answer: int
+    feedback: Sequence[str]
+
+    def __post_init__(self) -> None:
+        if len(self.options) < 2:
+            raise ValueError(f"options needs at least two choices, got {len(self.options)}")
+        if len(self.feedback) != len(self.options):
+            raise ValueError(f"feedback needs one entry per option ({len(self.options)}), got {len(self.feedback)}")
+        if not 0 <= self.answer < len(self.options):
+            raise ValueError(f"answer must index options (0..{len(self.options) - 1}), got {self.answer}")
+
+
+_QUIZ_JS = (
+    "var q=this.closest('.tl-q');q.querySelectorAll('button').forEach(function(b){{b.classList.remove('tl-picked')}});"
+    "this.classList.add('tl-picked');var f=q.querySelector('.tl-feedback');"
+    "f.textContent={fb};f.className='tl-feedback '+({ok}?'tl-right':'tl-wrong');"
+)
+
+_QUIZ_CSS = """<style>
+.tl-quiz{border:1px solid #c9d3e0;border-radius:6px;padding:.6em 1em;margin:.8em 0;background:#f7f9fc;color:#1d2733}
+.tl-q{margin:.6em 0 1em}.tl-q p{margin:.2em 0 .4em;font-weight:600}
+.tl-quiz button{display:block;margin:.25em 0;padding:.35em .7em;border:1px solid #9fb0c6;border-radius:4px;
+background:#fff;color:#1d2733;cursor:pointer;text-align:left;font:inherit}
+.tl-quiz button.tl-picked{border-width:2px;border-color:#36587f}
+.tl-feedback{min-height:1.3em;margin-top:.3em}.tl-right{color:#1b6e2e}.tl-wrong{color:#a4262c}
+</style>"""
+
+
+class Quiz:
+    """A list of questions rendered as HTML buttons; clicking one shows its feedback (pure JS)."""
+
+    def __init__(self, key: str, questions: Sequence[Question]):
+        if not questions:
+            raise ValueError("questions must not be empty")
+        self.key, self.questions = _slug(key), list(questions)
+
+    def _repr_html_(self) -> str:
+        parts = [_QUIZ_CSS, f'<div class="tl-quiz" id="tl-quiz-{self.key}"><b>Quick check</b>']
+        for n, q in enumerate(self.questions):
+            parts.append(f'<div class="tl-q" id="tl-quiz-{self.key}-{n}"><p>{n + 1}. {html.escape(q.question)}</p>')
+            for i, (option, fb) in enumerate(zip(q.options, q.feedback)):
+                verdict = ("Right. " if i == q.answer else "Not quite. ") + fb
+                js = _QUIZ_JS.format(fb=json.dumps(verdict), ok="true" if i == q.answer else "false")
+                parts.append(f'<button type="button" data-correct="{str(i == q.answer).lower()}" '
+                             f'onclick="{html.escape(js)}">{html.escape(option)}</button>')
+            parts.append('<div class="tl-feedback" aria-live="polite"></div></div>')
+        parts.append("</div>")
+        return "".join(parts)
+
+    def __repr__(self) -> str:
+        lines = [f"Quick check ({len(self.questions)} questions): click an answer to see feedback."]
+        for n, q in enumerate(self.questions):
+            lines.append(f"{n + 1}. {q.question}")
+            lines += [f"   {chr(97 + i)}) {o}" for i, o in enumerate(q.options)]
+        return "\n".join(lines)
+
+
+def quiz(key: str, *questions: Question) -> Quiz:
+    """Build a quiz; leave it as the last expression of a cell to show it."""
+    return Quiz(key, questions)
+
+
+# ---------------------------------------------------------------------------------------------
+# "Your turn" exercises: compare a learner's function with the reference on random inputs
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Verdict:
+    passed: bool
+    message: str
+
+    def __repr__(self) -> str:
+        return ("PASS: " if self.passed else "NOT YET: ") + self.message
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tuple], *,
+                   atol: float = 1e-6, rtol: float = 1e-6, name: str = "your function") -> Verdict:
+    """Call both functions on each case (a tuple of arguments) and say whether the outputs agree."""
+    for n, args in enumerate(cases):
+        expected = np.asarray(reference_fn(*args))
+        try:
+            got = user_fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        except NotImplementedError:
+            return Verdict(False, f"{name} is not written yet (it raises NotImplementedError).")
+        except Exception as e:  # the learner's bug, reported plainly instead of a traceback
+            return Verdict(False, f"{name} raised {type(e).__name__}: {e} on case {n + 1}.")
+        if got is None:
+            return Verdict(False, f"{name} returned None; did you forget `return`?")
+        got = np.asarray(got)
+        if got.shape != expected.shape:
+            return Verdict(False, f"case {n + 1}: shape {got.shape}, expected {expected.shape}.")
+        if not np.allclose(got, expected, atol=atol, rtol=rtol):
+            err = float(np.max(np.abs(got - expected)))
+            return Verdict(False, f"case {n + 1}: values differ by up to {err:.3g} (tolerance {atol:g}).")
+    return Verdict(True, f"{name} matches the reference on {len(cases)} random cases.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Explorers: a figure or table driven by sliders
+#   live_explorer   -> ipywidgets (Jupyter, Colab); render runs in the kernel on every move
+#   static_explorer -> plain HTML + JS (the HTML book, or anywhere): every frame precomputed
+# `controls` maps a name to the list of values a slider steps through; `render(**values)` returns
+# a matplotlib Figure or an HTML string.
+# ---------------------------------------------------------------------------------------------
+def _frame_html(out: Any) -> str:
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    if isinstance(out, Figure):
+        buf = io.BytesIO()
+        out.savefig(buf, format="png", bbox_inches="tight", metadata={"Software": None})
+        plt.close(out)
+        b64 = base64.b64encode(buf.getvalue()).decode()
+        return f'<img alt="figure" style="max-width:100%" src="data:image/png;base64,{b64}">'
+    if isinstance(out, str):
+        return out
+    raise ValueError(f"render must return a matplotlib Figure or an HTML string, got {type(out).__name__}")
+
+
+def _check_controls(controls: dict[str, Sequence]) -> None:
+    if not controls:
+        raise ValueError("controls must name at least one slider")
+    for name, values in controls.items():
+        if len(values) < 2:
+            raise ValueError(f"control {name!r} needs at least two values, got {list(values)}")
+
+
+class StaticExplorer:
+    """Sliders over precomputed frames: works in the static HTML book with no kernel and no CDN."""
+
+    MAX_FRAMES = 64
+
+    def __init__(self, key: str, controls: dict[str, Sequence], render: Callable[..., Any],
+                 labels: dict[str, str] | None = None):
+        _check_controls(controls)
+        names = list(controls)
+        combos = list(itertools.product(*(range(len(controls[n])) for n in names)))
+        if len(combos) > self.MAX_FRAMES:
+            raise ValueError(f"{len(combos)} frames is too many for a static page (at most {self.MAX_FRAMES}); "
+                             "use fewer slider values")
+        self.key, self.controls, self.labels = _slug(key), controls, labels or {}
+        self.frames = {"-".join(map(str, c)): _frame_html(render(**{n: controls[n][i] for n, i in zip(names, c)}))
+                       for c in combos}
+
+    def _repr_html_(self) -> str:
+        k = f"tl-x-{self.key}"
+        names = list(self.controls)
+        rows = []
+        for j, name in enumerate(names):
+            values = [str(v) for v in self.controls[name]]
+            label = html.escape(self.labels.get(name, name))
+            rows.append(
+                f'<label style="display:block;margin:.2em 0">{label}: '
+                f'<input type="range" min="0" max="{len(values) - 1}" step="1" value="0" data-i="{j}" '
+                f'oninput="{k}_show()" style="vertical-align:middle;width:14em"> '
+                f'<output>{html.escape(values[0])}</output></label>')
+        values_js = json.dumps([[str(v) for v in self.controls[n]] for n in names])
+        script = (
+            f"<script>var {k.replace('-', '_')}_f={json.dumps(self.frames)};"
+            f"function {k}_show(){{var r=document.getElementById('{k}');var v={values_js};"
+            f"var s=Array.from(r.querySelectorAll('input[type=range]'));"
+            f"s.forEach(function(e,i){{e.nextElementSibling.textContent=v[i][e.value]}});"
+            f"r.querySelector('.tl-frame').innerHTML={k.replace('-', '_')}_f[s.map(function(e){{return e.value}}).join('-')];}}"
+            "</script>"
+        ).replace(f"function {k}_show", f"window['{k}_show']=function")
+        first = self.frames["-".join("0" * len(names))]
+        return (f'<div class="tl-explorer" id="{k}" style="border:1px solid #c9d3e0;border-radius:6px;'
+                f'padding:.6em 1em;margin:.8em 0">{"".join(rows)}<div class="tl-frame">{first}</div></div>{script}')
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{n} ({len(v)} values)" for n, v in self.controls.items())
+        return f"Static explorer '{self.key}': {len(self.frames)} precomputed frames over {sizes}."
+
+
+def static_explorer(key: str, controls: dict[str, Sequence], render: Callable[..., Any],
+                    labels: dict[str, str] | None = None) -> StaticExplorer:
+    """Precompute render(**values) for every combination and show it behind HTML sliders."""
+    return StaticExplorer(key, controls, render, labels)
+
+
+def live_explorer(controls: dict[str, Sequence], render: Callable[..., Any], labels: dict[str, str] | None = None):
+    """An ipywidgets version of the same explorer (runs `render` on every move). Works on ipywidgets 7.7 and 8."""
+    import ipywidgets as widgets
+    from IPython.display import HTML, display
+
+    _check_controls(controls)
+    labels = labels or {}
+    sliders = {name: widgets.SelectionSlider(options=list(values), value=values[0],
+                                             description=labels.get(name, name),
+                                             style={"description_width": "initial"}, continuous_update=False)
+               for name, values in controls.items()}
+    view = widgets.HTML(value=_frame_html(render(**{n: s.value for n, s in sliders.items()})))
+
+    def redraw(_change=None) -> None:
+        view.value = _frame_html(render(**{n: s.value for n, s in sliders.items()}))
+
+    for s in sliders.values():
+        s.observe(redraw, names="value")
+    return widgets.VBox([*sliders.values(), view])
