@@ -215,7 +215,8 @@ class TinyLM(nn.Module):
         logits = self.lm_head(self.norm(x))                              # (B, T, V)
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+        logits32 = logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32
+        loss = F.cross_entropy(logits32, targets.flatten(), ignore_index=-100)
         aux = [layer.mlp.aux_loss for layer in self.layers if getattr(layer.mlp, "aux_loss", None) is not None]
         if aux:  # mixture of experts: the load-balancing loss joins the training loss
             self.last_aux_loss = torch.stack(aux).mean()
