@@ -328,6 +328,10 @@ def test_checker_reports_crashes_and_wrong_returns():
         return dout @ gate_w  # (B, T, C) @ (F, C): shapes do not line up
     assert bp.check_swiglu_backward(crashes).startswith("fail: your function raised ValueError")
     assert "four arrays" in bp.check_swiglu_backward(lambda *a: a[0])
+
+    def stub(dout, x, gate_w, up_w, down_w):
+        raise NotImplementedError
+    assert bp.check_swiglu_backward(stub).startswith("fail: not written yet")
     with pytest.raises(ValueError, match="user_fn"):
         bp.check_swiglu_backward("not a function")
 

@@ -543,6 +543,8 @@ def check_swiglu_backward(user_fn: Callable, seed: int = 0, rtol: float = 1e-6) 
     expected = dict(zip(_SWIGLU_GRADS, swiglu_backward(dout, cache)))
     try:
         got = user_fn(dout.copy(), x.copy(), gate_w.copy(), up_w.copy(), down_w.copy())
+    except NotImplementedError:
+        return "fail: not written yet (your function raises NotImplementedError)"
     except Exception as e:  # the learner's code: report, don't crash the notebook
         return f"fail: your function raised {type(e).__name__}: {e}"
     if not isinstance(got, (tuple, list)) or len(got) != 4:
@@ -562,7 +564,7 @@ def check_swiglu_backward(user_fn: Callable, seed: int = 0, rtol: float = 1e-6) 
         "dup_w": [(dh.reshape(-1, F).T @ x2, "du = dh * silu(g): the up branch is multiplied by the gate")],
         "ddown_w": [(dout.reshape(-1, C).T @ a.reshape(-1, F), "down_proj's input is h = silu(g) * u, not silu(g)")],
     }
-    wrong, worst = [], 0.0
+    wrong = []
     for name, g_user in zip(_SWIGLU_GRADS, got):
         want = expected[name]
         try:
@@ -576,7 +578,6 @@ def check_swiglu_backward(user_fn: Callable, seed: int = 0, rtol: float = 1e-6) 
             wrong.append(f"{name} has shape {g_user.shape}, expected {want.shape}{hint}")
             continue
         abs_err, rel = _errors(g_user, want)
-        worst = max(worst, rel)
         if not rel <= rtol:  # written this way round so nan fails too
             msg = f"{name} is wrong: relative error {rel:.2g}"
             if np.isfinite(abs_err):
@@ -587,7 +588,8 @@ def check_swiglu_backward(user_fn: Callable, seed: int = 0, rtol: float = 1e-6) 
             wrong.append(msg + (f". Hint: {hints[0]}" if hints else ""))
     if wrong:
         return "fail: " + "; ".join(wrong)
-    return f"pass: dx, dgate_w, dup_w and ddown_w all match (worst relative error {worst:.1e})"
+    # the tolerance, not the measured error: ~1e-16 differences vary with the machine, a verdict should not
+    return f"pass: dx, dgate_w, dup_w and ddown_w all match (relative error below {rtol:g})"
 
 
 # ---------------------------------------------------------------------------------------------
