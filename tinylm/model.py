@@ -38,11 +38,12 @@ class RMSNorm(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# RoPE (Su et al., 2021), "rotate half" layout as in Hugging Face and GGUF.
+# RoPE (Su et al., 2021), "rotate half" layout as in Hugging Face (llama.cpp calls it NeoX mode).
 #
 #   dims:  [ x0 x1 ... x(D/2-1) | x(D/2) ... x(D-1) ]     pair i = (x_i, x_{i+D/2}), angle pos * theta_i
 #   The interleaved layout of the RoFormer paper pairs (x_2i, x_2i+1) instead. Both are valid, but a
-#   checkpoint trained with one gives wrong outputs under the other (reference.interleaved_to_half).
+#   checkpoint trained with one gives wrong outputs under the other unless the q/k projection rows are
+#   permuted (reference.interleaved_to_half; llama.cpp's Llama converter does exactly that).
 # ---------------------------------------------------------------------------------------------
 def rope_tables(head_dim: int, max_len: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of shape (max_len, head_dim): pair i turns at base**(-2i/head_dim) rad/position.

@@ -114,3 +114,67 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = True) 
         allowed = np.tril(np.ones((T, S), dtype=bool), k=S - T)
         scores = np.where(allowed, scores, -np.inf)
     return softmax(scores) @ v                                                     # (B, H, T, D)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running past the trained length: rescaled RoPE speeds (chapter 3)
+#
+#   "pi"   position interpolation (Chen et al., 2023): every speed divided by `factor`.
+#   "ntk"  NTK-aware base (bloc97, 2023): base * factor**(D/(D-2)); the slowest pair slows by exactly
+#          `factor`, the fastest not at all.
+#   "yarn" YaRN (Peng et al., 2023): pairs that turn more than beta_fast times within original_max_len
+#          keep their speed, pairs that turn less than beta_slow times are divided by `factor`, a linear
+#          ramp over the pair index in between (as in the authors' code and Hugging Face's "yarn").
+# ---------------------------------------------------------------------------------------------
+ROPE_SCALINGS = (None, "pi", "ntk", "yarn")
+
+
+def rope_inv_freq(head_dim: int, base: float = 10000.0, scaling: str | None = None, factor: float = 1.0,
+                  original_max_len: int = 1024, beta_fast: float = 32.0, beta_slow: float = 1.0) -> np.ndarray:
+    """Rotation speed of each pair in radians per position, shape (head_dim/2,).
+
+    scaling=None gives base**(-2i/head_dim), the speeds `rope_tables` uses; "pi", "ntk" and "yarn" rescale
+    them so that `factor` times `original_max_len` positions reuse the angles seen in training.
+    """
+    if head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"head_dim must be a positive even number (RoPE rotates pairs), got {head_dim}")
+    if not base > 1:
+        raise ValueError(f"base must be > 1, got {base}")
+    if scaling not in ROPE_SCALINGS:
+        raise ValueError(f"scaling must be one of {ROPE_SCALINGS}, got {scaling!r}")
+    if not factor >= 1:
+        raise ValueError(f"factor must be >= 1 (how many times longer than the trained length), got {factor}")
+    exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim              # (D/2,)
+    if scaling == "ntk":
+        base = base * factor ** (head_dim / (head_dim - 2))
+    inv_freq = base ** -exponents                                                  # (D/2,)
+    if scaling == "pi":
+        return inv_freq / factor
+    if scaling == "yarn":
+        if not 0 < beta_slow < beta_fast:
+            raise ValueError(f"need 0 < beta_slow < beta_fast, got beta_slow={beta_slow}, beta_fast={beta_fast}")
+
+        def pair_index(turns: float) -> float:  # the (fractional) pair that turns `turns` times in original_max_len
+            return head_dim * np.log(original_max_len / (turns * 2 * np.pi)) / (2 * np.log(base))
+
+        low = max(np.floor(pair_index(beta_fast)), 0)
+        high = min(np.ceil(pair_index(beta_slow)), head_dim - 1)
+        ramp = np.clip((np.arange(head_dim // 2) - low) / max(high - low, 1e-3), 0, 1)  # 0: keep, 1: interpolate
+        return inv_freq * (1 - ramp) + inv_freq / factor * ramp
+    return inv_freq
+
+
+def rope_with_inv_freq(x: np.ndarray, positions: np.ndarray | None = None,
+                       inv_freq: np.ndarray | None = None) -> np.ndarray:
+    """Rotate-half RoPE with given pair speeds (D/2,), e.g. from `rope_inv_freq`: x of shape (..., T, D).
+
+    With inv_freq = rope_inv_freq(D, base) this is exactly `rope(x, positions, base)`.
+    """
+    T, D = x.shape[-2], x.shape[-1]
+    positions = np.arange(T) if positions is None else np.asarray(positions)
+    inv_freq = rope_inv_freq(D) if inv_freq is None else np.asarray(inv_freq, dtype=np.float64)
+    if inv_freq.shape != (D // 2,):
+        raise ValueError(f"inv_freq must have shape ({D // 2},), one speed per pair of the last axis; got {inv_freq.shape}")
+    angles = positions[:, None].astype(np.float64) * inv_freq[None, :]              # (T, D/2)
+    angles = np.concatenate([angles, angles], axis=-1)                             # (T, D)
+    return x * np.cos(angles) + rotate_half(x) * np.sin(angles)
