@@ -1,0 +1,263 @@
+# Run: .venv/bin/python -m pytest tests/test_tokenizer.py
+"""Byte-level BPE: round trips, merges, specials, save/load, and the shipped corpus."""
+
+import importlib.util
+import json
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinylm.tokenizer import DEFAULT_SPECIALS, PATTERN, BPETokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tinylm" / "data" / "dialogues.txt"
+TEXT = CORPUS.read_text(encoding="utf-8")[:60_000]   # a slice keeps the tests fast
+UNSEEN = [
+    "",
+    "héllo wörld, ça va? ñandú",
+    "日本語のテキストと中文字符，한국어도 있어요。",
+    "emoji 🙂🚀👩‍👩‍👧 and flags 🇵🇹🇯🇵",
+    "control \x00\x01\x07\x1b[31mred\x1b[0m\t\r\n\x7f\x85\u2028",
+    "tabs\tand    many   spaces\n\n\n  trailing  ",
+    "numbers 3.14159 1,000,000 ٣٤٥ and under_scores__x",
+    "combining e\u0301 and zero\u200bwidth",
+    "<bos><|user|>hi<|assistant|>hello<eos> <eos",
+]
+
+
+@pytest.fixture(scope="module")
+def tok() -> BPETokenizer:
+    return BPETokenizer.train(TEXT, 1024)
+
+
+def naive_bpe(text: str, n_merges: int) -> tuple[list[tuple[int, int]], dict[str, list[int]]]:
+    """Reference BPE that recounts every pair before every merge (slow, obviously correct)."""
+    words = {w: list(w.encode()) for w in set(re.findall(PATTERN, text))}
+    freq = Counter(re.findall(PATTERN, text))
+    merges = []
+    for i in range(n_merges):
+        pairs = Counter()
+        for w, ids in words.items():
+            for p in zip(ids, ids[1:]):
+                pairs[p] += freq[w]
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))   # most frequent, then the smallest pair
+        merges.append(best)
+        for w, ids in words.items():
+            out, j = [], 0
+            while j < len(ids):
+                if j + 1 < len(ids) and (ids[j], ids[j + 1]) == best:
+                    out.append(256 + i)
+                    j += 2
+                else:
+                    out.append(ids[j])
+                    j += 1
+            words[w] = out
+    return merges, words
+
+
+# ---------------------------------------------------------------------------------------------
+# round trips
+# ---------------------------------------------------------------------------------------------
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_pretokenizer_pieces_join_back_to_the_text(s):
+    assert "".join(re.findall(PATTERN, s)) == s
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_round_trip_arbitrary_unicode(tok, s):
+    assert tok.decode(tok.encode(s)) == s
+    assert tok.decode(tok.encode(s, allow_specials=True)) == s
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0x1F300, max_codepoint=0x1FAFF)) |
+       st.text(alphabet=st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF)) |
+       st.text(alphabet=st.characters(max_codepoint=0x1F)))
+def test_round_trip_emoji_cjk_control(tok, s):
+    ids = tok.encode(s)
+    assert tok.decode(ids) == s
+    assert len(ids) <= len(s.encode("utf-8"))
+
+
+@pytest.mark.parametrize("s", UNSEEN)
+def test_round_trip_text_never_seen_in_training(tok, s):
+    ids = tok.encode(s)
+    assert all(isinstance(i, int) and 0 <= i < tok.vocab_size for i in ids)
+    assert tok.decode(ids) == s
+
+
+def test_lone_surrogate_is_a_value_error(tok):
+    with pytest.raises(ValueError, match="surrogate"):   # no UTF-8 encoding exists for it
+        tok.encode("bad \ud800 text")
+
+
+# ---------------------------------------------------------------------------------------------
+# the vocabulary and the merges
+# ---------------------------------------------------------------------------------------------
+def test_id_layout_bytes_then_merges_then_specials(tok):
+    assert tok.vocab_size == 1024 == len(tok)
+    assert [tok.token_bytes(i) for i in range(256)] == [bytes([i]) for i in range(256)]
+    n_merges = 1024 - 256 - len(DEFAULT_SPECIALS)
+    assert len(tok.merges) == n_merges
+    for i, (a, b) in enumerate(tok.merges):
+        assert tok.token_bytes(256 + i) == tok.token_bytes(a) + tok.token_bytes(b)
+    assert tok.special_ids == {s: 1024 - 4 + k for k, s in enumerate(DEFAULT_SPECIALS)}
+    assert [tok.token_bytes(i).decode() for i in range(1020, 1024)] == list(DEFAULT_SPECIALS)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tok.token_bytes(1024)
+
+
+def test_incremental_training_equals_naive_bpe():
+    text = TEXT[:5_000] + " lowest lower newer wider\n" * 3
+    tok = BPETokenizer.train(text, 256 + 300 + 4)
+    merges, words = naive_bpe(text, 300)
+    assert tok.merges == merges
+    for piece, ids in words.items():          # encoding a training word gives the training segmentation
+        assert tok.encode(piece) == ids
+
+
+def test_merges_never_cross_word_boundaries(tok):
+    for i in range(256, 256 + len(tok.merges)):
+        b = tok.token_bytes(i)
+        if b.strip():                          # a token with letters etc.: a space only at its start
+            assert b" " not in b[1:] and b"\n" not in b, b
+
+
+def test_merges_reduce_token_count_on_training_text(tok):
+    ids = tok.encode(TEXT)
+    bytes_per_token = len(TEXT.encode()) / len(ids)
+    assert bytes_per_token > 2.5               # measured 3.3 on this slice (word-level on templated text)
+    assert tok.decode(ids) == TEXT
+
+
+def test_training_stops_early_when_pairs_run_out():
+    tok = BPETokenizer.train("ab ab", 1000)
+    # pieces "ab" and " ab": merges (a,b), then (space, ab) -> nothing left
+    assert tok.merges == [(97, 98), (32, 256)]
+    assert tok.vocab_size == 256 + 2 + 4
+    assert tok.encode("ab ab ab") == [256, 257, 257]
+
+
+def test_training_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="vocab_size"):
+        BPETokenizer.train("text", 259)        # 256 bytes + 4 specials do not fit
+    with pytest.raises(ValueError, match="vocab_size"):
+        BPETokenizer.train("text", 300.0)
+    with pytest.raises(ValueError, match="text"):
+        BPETokenizer.train(b"bytes", 300)
+    with pytest.raises(ValueError, match="distinct"):
+        BPETokenizer.train("text", 300, specials=("<a>", "<a>"))
+
+
+def test_decode_replaces_only_invalid_partial_sequences(tok):
+    euro = "€".encode()                        # 3 bytes: e2 82 ac
+    assert tok.decode(list(euro)) == "€"
+    assert tok.decode(list(euro[:2])) == "\ufffd"          # a cut character
+    assert tok.decode([104, 105] + list(euro[:1]) + [33]) == "hi\ufffd!"
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tok.decode([-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# specials
+# ---------------------------------------------------------------------------------------------
+def test_special_strings_are_plain_text_unless_allowed(tok):
+    text = "<bos><|user|>hello<|assistant|>hi there<eos>"
+    plain = tok.encode(text)
+    assert not set(plain) & set(tok.special_ids.values())
+    assert tok.decode(plain) == text
+    ids = tok.encode(text, allow_specials=True)
+    sp = tok.special_ids
+    assert ids == ([sp["<bos>"], sp["<|user|>"]] + tok.encode("hello") + [sp["<|assistant|>"]]
+                   + tok.encode("hi there") + [sp["<eos>"]])
+    assert tok.decode(ids) == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(list(DEFAULT_SPECIALS))
+                | st.text(st.characters(exclude_characters="<>", exclude_categories=["Cs"]), max_size=8), max_size=8))
+def test_ordinary_encoding_never_yields_a_special(tok, parts):
+    text = "".join(parts)
+    assert max(tok.encode(text), default=0) < 256 + len(tok.merges)
+    with_specials = tok.encode(text, allow_specials=True)
+    n_special_parts = sum(p in DEFAULT_SPECIALS for p in parts)   # other parts contain no '<' or '>'
+    assert sum(i >= 256 + len(tok.merges) for i in with_specials) == n_special_parts
+    assert tok.decode(with_specials) == text
+
+
+# ---------------------------------------------------------------------------------------------
+# save / load
+# ---------------------------------------------------------------------------------------------
+def test_save_load_gives_identical_encodings(tok, tmp_path):
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    back = BPETokenizer.load(path)
+    assert back.merges == tok.merges and back.special_ids == tok.special_ids and back.vocab_size == tok.vocab_size
+    for s in UNSEEN + [TEXT[:3000]]:
+        assert back.encode(s) == tok.encode(s)
+        assert back.encode(s, allow_specials=True) == tok.encode(s, allow_specials=True)
+    d = json.loads(path.read_text())
+    assert d["format"] == "tinylm-bpe" and d["version"] == 1
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "JSON object"),
+    ('{"format": "other", "version": 1}', "format"),
+    ('{"format": "tinylm-bpe", "version": 99, "pattern": "x", "specials": [], "merges": []}', "version"),
+    ('{"format": "tinylm-bpe", "version": 1, "pattern": "x", "specials": []}', "merges"),
+    ('{"format": "tinylm-bpe", "version": 1, "pattern": "(", "specials": [], "merges": []}', "pattern"),
+    ('{"format": "tinylm-bpe", "version": 1, "pattern": "x", "specials": [], "merges": [[1, 300]]}', "merge 0"),
+    ('{"format": "tinylm-bpe", "version": 1, "pattern": "x", "specials": [], "merges": [[1, 2, 3]]}', "merge 0"),
+    ('{"format": "tinylm-bpe", "version": 1, "pattern": "x", "specials": ["<a>", ""], "merges": []}', "specials"),
+    ('{"format": "tinylm-bpe", "version": 1, "pattern": "x", "specials": "<a>", "merges": []}', "specials"),
+])
+def test_bad_files_raise_value_error(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        BPETokenizer.load(path)
+
+
+def test_truncated_file_raises_value_error(tok, tmp_path):
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(ValueError, match="not JSON"):
+        BPETokenizer.load(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# the shipped corpus
+# ---------------------------------------------------------------------------------------------
+def test_shipped_corpus_trains_to_4096_quickly_and_encodes_fast():
+    text = CORPUS.read_text(encoding="utf-8")
+    assert len(text.encode()) <= 400_000
+    t = time.perf_counter()
+    tok = BPETokenizer.train(text, 4096)
+    train_s = time.perf_counter() - t
+    assert tok.vocab_size == 4096               # the corpus has enough distinct pieces for 3,836 merges
+    t = time.perf_counter()
+    ids = tok.encode(text)
+    encode_s = time.perf_counter() - t
+    assert tok.decode(ids) == text
+    assert len(text.encode()) / len(ids) > 3.0  # measured 3.40 bytes per token
+    assert train_s < 20 and encode_s < 10       # measured about 0.3 s and 0.15 s on one core
+
+
+def test_corpus_script_reproduces_the_shipped_files():
+    spec = importlib.util.spec_from_file_location("make_corpus", ROOT / "tools" / "make_corpus.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text, chat = mod.make(0, mod.DIALOGUE_KB * 1000, mod.CHAT_KB * 1000)   # the script's defaults
+    assert text == CORPUS.read_text(encoding="utf-8")
+    assert chat == (CORPUS.parent / "chat.jsonl").read_text(encoding="utf-8")
