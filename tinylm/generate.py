@@ -95,7 +95,7 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: 
     """sample_next without the argument checks (generate checks them once, not once per token)."""
     if temperature == 0:
         return logits.argmax(dim=-1)                                    # greedy; ties go to the lowest id
-    logits = logits.float() / temperature
+    logits = apply_temperature(logits.float(), temperature)            # (B, V) fp32, even for a bf16 model
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
