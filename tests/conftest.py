@@ -26,3 +26,24 @@ def small_cfg(request) -> Config:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The HTML book, built once per test session (tests/test_browser.py opens its pages)
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def book_html(tmp_path_factory):
+    """Build the book exactly as `make book` does (warnings are errors) into a temporary folder; return
+    the folder of its HTML pages."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("book")
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(jupyter_book), "build", str(root), "--warningiserror", "--nitpick", "--keep-going",
+           "--path-output", str(out)]
+    run = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    assert run.returncode == 0, f"the book does not build cleanly:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return out / "_build" / "html"

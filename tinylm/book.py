@@ -242,7 +242,7 @@ class StaticExplorer:
             rows.append(
                 f'<label style="display:block;margin:.2em 0">{label}: '
                 f'<input type="range" min="0" max="{len(values) - 1}" step="1" value="0" data-i="{j}" '
-                f'oninput="{k}_show()" style="vertical-align:middle;width:14em"> '
+                f'oninput="window[\'{k}_show\']()" style="vertical-align:middle;width:14em"> '
                 f'<output>{html.escape(values[0])}</output></label>')
         values_js = json.dumps([[str(v) for v in self.controls[n]] for n in names])
         script = (

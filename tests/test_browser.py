@@ -1,0 +1,318 @@
+# The HTML book in a real browser (headless chromium, offline). Run: .venv/bin/python -m pytest tests/test_browser.py
+"""Build the book once (conftest `book_html`), then open every page in chromium with the network cut off:
+each page must load with no console error and no uncaught exception, ask nothing of the network, render
+its math and figures, and every quiz and static explorer must answer clicks and slider moves.
+
+These tests fail (never skip) when chromium is missing: `.ci/run` installs Debian's `chromium`; elsewhere
+set CHROMIUM=/path/to/chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
+
+
+def toc_files() -> list[str]:
+    """Every document of _toc.yml, the root first, in reading order."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("file"), str):
+                files.append(node["file"])
+            for key, value in node.items():
+                if key != "file":
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk({k: v for k, v in toc.items() if k != "root"})
+    return files
+
+
+CHAPTERS = [f for f in toc_files() if f.startswith("chapters/")]
+PAGES = [f"{f}.html" for f in toc_files()] + ["index.html", "genindex.html", "search.html"]
+
+
+def find_chromium() -> str | None:
+    for name in (os.environ.get("CHROMIUM", ""), "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if name and (path := shutil.which(name)):
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    path = find_chromium()
+    if path is None:  # a failure, not a skip: without a browser nothing here is proven
+        pytest.fail("chromium not found: install it (Debian: apt-get install chromium, as .ci/run does) "
+                    "or set CHROMIUM=/path/to/chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Visit:
+    """One page open in a fresh browser context, with the network cut off and every problem recorded."""
+
+    def __init__(self, browser, html_dir: Path, name: str, redirects_to: str | None = None):
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+        self.errors: list[str] = []     # console errors, uncaught exceptions, local files that failed to load
+        self.external: list[str] = []   # anything asked of the network (all of it is blocked)
+        self.context.route(lambda url: not url.startswith(LOCAL_SCHEMES), self._block)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console error: {m.text}"))
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught exception: {e}"))
+        self.page.on("requestfailed", self._failed)
+        self.page.goto((html_dir / name).as_uri(), wait_until="commit" if redirects_to else "load")
+        if redirects_to:
+            self.page.wait_for_url(re.compile(re.escape(redirects_to) + "$"), wait_until="load")
+        # MathJax typesets after load; wait for it where the page has it (an error if it never loaded: see below)
+        self.page.evaluate("async () => { if (window.MathJax && MathJax.startup && MathJax.startup.promise)"
+                           " await MathJax.startup.promise; }")
+
+    def _block(self, route):
+        self.external.append(route.request.url)
+        route.abort()
+
+    def _failed(self, request):
+        if request.url.startswith(LOCAL_SCHEMES):
+            self.errors.append(f"failed to load {request.url}: {request.failure}")
+
+    def close(self):
+        self.context.close()
+
+    def assert_clean(self, doing: str = "loading"):
+        problems = self.errors + [f"network request (the book must work offline): {u}" for u in self.external]
+        assert not problems, f"while {doing} {self.page.url}:\n" + "\n".join(problems)
+
+
+@pytest.fixture
+def visit(browser, book_html):
+    opened = []
+
+    def open_page(name: str, redirects_to: str | None = None) -> Visit:
+        opened.append(Visit(browser, book_html, name, redirects_to))
+        return opened[-1]
+
+    yield open_page
+    for v in opened:
+        v.close()
+
+
+def notebook(chapter: str) -> dict:
+    return json.loads((ROOT / f"{chapter}.ipynb").read_text())
+
+
+def shown_outputs(chapter: str, marker: str) -> int:
+    """How many code cells of the notebook have an output containing `marker` that the book shows."""
+    hidden = {"remove-output", "remove-cell", "hide-output"}
+    count = 0
+    for cell in notebook(chapter)["cells"]:
+        if cell["cell_type"] != "code" or hidden & set(cell["metadata"].get("tags", [])):
+            continue
+        html = "".join("".join(o.get("data", {}).get("text/html", "")) for o in cell["outputs"])
+        count += marker in html
+    return count
+
+
+def local_links(page) -> list[str]:
+    hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => new URL(e.getAttribute('href'), document.baseURI).href)")
+    return sorted({h.split("#")[0] for h in hrefs if h.startswith("file:")})
+
+
+# ---------------------------------------------------------------------------------------------
+# Every page
+# ---------------------------------------------------------------------------------------------
+def test_every_built_page_is_tested(book_html):
+    built = {p.relative_to(book_html).as_posix() for p in book_html.rglob("*.html")
+             if not p.relative_to(book_html).parts[0].startswith("_")}
+    assert built == set(PAGES), f"pages built but not tested: {built - set(PAGES)}; missing: {set(PAGES) - built}"
+
+
+def colab_url(chapter: str) -> str:
+    org_repo = urlparse(CONFIG["repository"]["url"]).path.strip("/")
+    return f"https://colab.research.google.com/github/{org_repo}/blob/main/{chapter}.ipynb"
+
+
+def test_the_book_points_at_branch_main():
+    assert CONFIG["repository"]["branch"] == "main"
+    assert CONFIG["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+
+
+def output_problems(page) -> dict[str, list]:
+    """What a reader must never see in a page of the course: unresolved glue, tracebacks, stray reprs."""
+    article = page.inner_text("main")
+    outputs = "\n".join(page.locator(".cell_output").all_inner_texts())
+    widgets = page.locator('main script[type="application/vnd.jupyter.widget-view+json"], main .jupyter-widgets')
+    problems = {
+        "unresolved glue": re.findall(r"\{glue[:a-z]*\}`?[\w:.,]*`?", article),
+        "NumPy scalar repr (glue a float/int)": re.findall(r"np\.(?:float|int|bool)\w*\(", article),
+        "traceback": re.findall(r"Traceback \(most recent call last\)", outputs)
+        + [f"error output: {t[:120]}" for t in page.locator(".cell_output .traceback").all_inner_texts()],
+        "figure repr (end the cell with plt.show())": re.findall(r"<Figure size [^>]*>|<matplotlib\.[^>]*>", outputs),
+        "widget repr (tag the live cell remove-output)": re.findall(
+            r"\b(?:VBox|HBox|SelectionSlider|IntSlider|FloatSlider|Dropdown|Output)\(", outputs),
+        "a live widget the static book cannot run": [f"{widgets.count()} widget view(s)"] if widgets.count() else [],
+    }
+    return {k: v for k, v in problems.items() if v}
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page_loads_offline_with_no_errors(visit, book_html, name):
+    v = visit(name, redirects_to=f"{toc_files()[0]}.html" if name == "index.html" else None)  # / -> landing page
+    page = v.page
+    if name == "search.html":  # the search runs in the page, from the local index
+        page.goto(page.url + "?q=parameters")
+        page.wait_for_selector("#search-results li", timeout=10_000)
+    v.assert_clean()
+
+    math = page.evaluate("""() => { const m = Array.from(document.querySelectorAll('.math'));
+        return {total: m.length, typeset: m.filter(e => e.querySelector('mjx-container')).length,
+                errors: document.querySelectorAll('mjx-merror').length}; }""")
+    assert math["typeset"] == math["total"] and math["errors"] == 0, f"{name}: math not rendered: {math}"
+
+    broken = page.evaluate("() => Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0))"
+                           ".map(i => i.src.slice(0, 80))")
+    assert not broken, f"{name}: images that did not load: {broken}"
+
+    chapter_map = {f"chapters/{Path(c).name}.html" for c in CHAPTERS}
+    for link in local_links(page):
+        path = Path(unquote(urlparse(link).path))
+        relative = path.relative_to(book_html).as_posix() if path.is_relative_to(book_html) else str(path)
+        in_map = re.fullmatch(r"chapters/\d\d_[a-z0-9_]+\.html", relative)  # the landing map names every chapter
+        if in_map and relative not in chapter_map:
+            continue  # a chapter not written yet; test_landing_map... checks every chapter in the toc is linked
+        assert path.exists(), f"{name}: broken link to {relative}"
+
+    if name.startswith(("intro", "chapters/")):
+        assert not (problems := output_problems(page)), f"{name}: {problems}"
+    if name.startswith("chapters/"):  # a figure, and a Colab link to the chapter's own notebook on main
+        chapter = name.removesuffix(".html")
+        figures = page.evaluate("() => Array.from(document.querySelectorAll('.cell_output img'))"
+                                ".filter(i => i.complete && i.naturalWidth > 100).length")
+        assert figures >= 1, f"{chapter}: no figure in the page"
+        hrefs = page.eval_on_selector_all('a[href*="colab.research.google.com"]', "els => els.map(e => e.href)")
+        assert colab_url(chapter) in hrefs, f"{chapter}: no Colab link to its notebook on main (found {hrefs})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapters: quizzes and explorers that respond
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_quiz_answers_clicks_with_feedback(visit, chapter):
+    v = visit(f"{chapter}.html")
+    page = v.page
+    quizzes = page.locator(".tl-quiz")
+    assert quizzes.count() == shown_outputs(chapter, 'class="tl-quiz"') >= 1, f"{chapter}: quizzes missing"
+    questions = page.locator(".tl-quiz .tl-q").all()
+    assert len(questions) >= 2, f"{chapter}: a quick check needs at least two questions"
+    clicks = 0
+    for q in questions:
+        buttons = q.locator("button").all()
+        correct = [b.get_attribute("data-correct") == "true" for b in buttons]
+        assert len(buttons) >= 2 and sum(correct) == 1, f"{chapter}: each question has one right option"
+        feedback = q.locator(".tl-feedback")
+        assert feedback.inner_text().strip() == "", "feedback must wait for a click"
+        for i in [*range(len(buttons)), 0]:  # every option, then the first again (answers can be changed)
+            buttons[i].click()
+            clicks += 1
+            shown = q.evaluate("""q => { const f = q.querySelector('.tl-feedback');
+                return {text: f.innerText.trim(), cls: f.className, visible: f.offsetHeight > 0,
+                        picked: Array.from(q.querySelectorAll('button')).map(b => b.classList.contains('tl-picked'))}; }""")
+            text = shown["text"]
+            assert shown["visible"] and len(text) > len("Not quite. "), f"{chapter}: option {i} shows no feedback"
+            assert text.startswith("Right." if correct[i] else "Not quite."), f"{chapter}: wrong verdict: {text}"
+            assert ("tl-right" in shown["cls"]) == correct[i] and ("tl-wrong" in shown["cls"]) == (not correct[i])
+            assert shown["picked"] == [j == i for j in range(len(buttons))], f"{chapter}: the clicked option is not marked"
+    v.assert_clean(f"clicking {clicks} quiz answers on")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_static_explorer_moves_and_changes_what_is_shown(visit, chapter):
+    v = visit(f"{chapter}.html")
+    page = v.page
+    explorers = page.locator(".tl-explorer").all()
+    live = sum(bool(re.search(r"\blive_explorer\(", "".join(c["source"])))
+               for c in notebook(chapter)["cells"] if c["cell_type"] == "code")
+    assert len(explorers) == shown_outputs(chapter, 'class="tl-explorer"'), f"{chapter}: an explorer is not shown"
+    assert len(explorers) >= live, f"{chapter}: {live} live explorers but {len(explorers)} static counterparts"
+    moves = 0
+    for ex in explorers:
+        frame = ex.locator(".tl-frame")
+        sliders = ex.locator("input[type=range]").all()
+        assert sliders, f"{chapter}: an explorer without sliders"
+        for s in sliders:
+            out = s.locator("xpath=following-sibling::output")
+            start_frame, start_label, start_value = frame.inner_html(), out.inner_text(), s.input_value()
+            at_max = start_value == s.get_attribute("max")
+            box = s.bounding_box()
+            s.click(position={"x": 3 if at_max else box["width"] - 3, "y": box["height"] / 2})  # mouse: other end
+            moves += 1
+            why = f" (page errors: {v.errors})" if v.errors else ""
+            assert s.input_value() != start_value, f"{chapter}: the slider did not move{why}"
+            assert out.inner_text() != start_label, f"{chapter}: the slider's label did not change{why}"
+            assert frame.inner_html() != start_frame, f"{chapter}: moving a slider did not change what is shown{why}"
+            s.press("End" if at_max else "Home")  # keyboard: back to where it started
+            moves += 1
+            assert s.input_value() == start_value and out.inner_text() == start_label
+            assert frame.inner_html() == start_frame, f"{chapter}: going back did not show the first frame again"
+    v.assert_clean(f"moving {moves} sliders on")
+
+
+# ---------------------------------------------------------------------------------------------
+# The landing page
+# ---------------------------------------------------------------------------------------------
+def test_landing_page_says_what_for_whom_and_how_to_run(visit):
+    page = visit("intro.html").page
+    headings = " | ".join(page.locator("main h2").all_inner_texts())
+    for needed in ["Who it is for", "What to know first", "ways to run", "Map of the course"]:
+        assert needed.lower() in headings.lower(), f"the landing page lacks a '{needed}' section: {headings}"
+    text = page.inner_text("main")
+    for needed in ["Colab", "make book", "make test", "jupyter lab", f"git clone {CONFIG['repository']['url']}"]:
+        assert needed in text, f"the landing page does not say '{needed}'"
+    listed = page.eval_on_selector_all("main .toctree-wrapper a", "els => els.map(e => e.getAttribute('href'))")
+    assert [h.split("#")[0] for h in listed] == [f"{c}.html" for c in CHAPTERS], "the chapter list is not the toc"
+
+
+def test_landing_map_links_each_part_to_its_chapter(visit, book_html):
+    v = visit("intro.html")
+    page = v.page
+    links = page.eval_on_selector_all("figure.tl-map svg a", "els => els.map(e => e.getAttribute('href'))")
+    assert len(links) >= 10, "the model map links too few parts"
+    numbers = set()
+    for href in links:
+        m = re.fullmatch(r"chapters/(\d\d)_[a-z0-9_]+\.html", href)
+        assert m, f"the map links to {href}, not a chapter"
+        numbers.add(int(m.group(1)))
+    assert numbers == set(range(1, 11)), f"the map does not cover chapters 1-10: {sorted(numbers)}"
+    clicks = 0
+    for chapter in CHAPTERS:  # every chapter in the toc: linked, and clicking it opens that chapter
+        href = f"{chapter}.html"
+        assert href in links, f"the map has no part linked to {chapter}"
+        page.goto((book_html / "intro.html").as_uri())
+        page.locator(f'figure.tl-map svg a[href="{href}"]').first.click()
+        clicks += 1
+        page.wait_for_url(re.compile(re.escape(href) + "$"), wait_until="domcontentloaded")
+        number = int(Path(chapter).name[:2])
+        assert page.locator("main h1").first.inner_text().startswith(f"{number}."), f"{href} is not chapter {number}"
+    v.assert_clean(f"clicking {clicks} map links on")
