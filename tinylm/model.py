@@ -65,7 +65,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0) -> torch.Tensor:
     """Rotate x of shape (..., T, D) as positions offset..offset+T-1 (offset > 0 when decoding with a cache)."""
     T = x.shape[-2]
-    cos, sin = cos[offset : offset + T].to(x.dtype), sin[offset : offset + T].to(x.dtype)  # (T, D)
+    cos, sin = cos[offset : offset + T], sin[offset : offset + T]                  # (T, D)
+    if cos.dtype != x.dtype:
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return x * cos + rotate_half(x) * sin
 
 
@@ -126,6 +128,7 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 cache: KVCache | None = None) -> torch.Tensor:
+        """x (B, T, C) -> (B, T, C). cos, sin (T, D): RoPE tables for x's positions (rows from offset 0)."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)       # (B, T, H, D)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)    # (B, T, Hkv, D)
@@ -133,10 +136,9 @@ class Attention(nn.Module):
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H|Hkv, T, D)
-        offset = cache.pos if cache is not None else 0
-        q, k = apply_rope(q, cos, sin, offset), apply_rope(k, cos, sin, offset)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)         # cos, sin: this call's T positions
         if cache is not None:
-            k, v = cache.update(self.layer_idx, k, v)                    # (B, Hkv, offset + T, D)
+            k, v = cache.update(self.layer_idx, k, v)                    # (B, Hkv, cache.pos + T, D)
         y = (attention_explicit if self.explicit else attention)(q, k, v)  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
         return self.o_proj(y)                                            # (B, T, C)
@@ -209,8 +211,11 @@ class TinyLM(nn.Module):
         """
         self._check_input(idx, targets, cache)
         x = self.embed_tokens(idx)                                       # (B, T, C)
+        start, T = (cache.pos if cache is not None else 0), idx.shape[1]
+        cos = self.cos[start : start + T].to(x.dtype)                    # (T, D) the RoPE angles of these
+        sin = self.sin[start : start + T].to(x.dtype)                    #        positions, cast once per call
         for layer in self.layers:
-            x = layer(x, self.cos, self.sin, cache)                      # (B, T, C)
+            x = layer(x, cos, sin, cache)                                # (B, T, C)
         if cache is not None:
             cache.pos += idx.shape[1]
         logits = self.lm_head(self.norm(x))                              # (B, T, V)
