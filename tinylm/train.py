@@ -3,6 +3,7 @@
     python -m tinylm.train --steps 600 --out runs/mini                  # pretrain the mini companion
     python -m tinylm.train --chat --init runs/mini --out runs/chat      # fine-tune it on chat turns
     python -m tinylm.train --resume runs/mini --out runs/mini           # continue exactly where it stopped
+    torchrun --nproc_per_node=2 -m tinylm.train --out runs/mini         # the same run on 2 processes (or GPUs)
 
 One step:  x, y = get_batch(...)            random windows of the token stream, y = x shifted by one
            loss = cross_entropy(model(x), y)  (positions labelled -100 are skipped: the chat loss mask)
@@ -11,6 +12,10 @@ One step:  x, y = get_batch(...)            random windows of the token stream, 
 A notebook calls the same pieces: `train(model, train_ids, val_ids, TrainConfig(steps=50))` returns the
 loss history. A checkpoint is a folder: model.safetensors (weights), config.json (model and training
 settings, step), train_state.pt (optimizer moments, sampler RNG, history), tokenizer.json.
+
+Under torchrun (see `tinylm.distributed`) `train` wraps the model in DistributedDataParallel, gives each
+process its rows of the same global batch, and only rank 0 logs and writes checkpoints; `evaluate` splits
+its batches between the processes and adds up the results.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import math
 import os
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
@@ -30,6 +36,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 
+from . import distributed
 from .config import PRESETS, Config
 from .model import TinyLM
 
@@ -138,7 +145,8 @@ def evaluate(model: TinyLM, tokens: torch.Tensor, batch_size: int, seq_len: int,
     Deterministic: the stream is cut into consecutive windows of seq_len (from the start), at most
     max_batches * batch_size of them, so every evaluation scores the same positions. With labels, only
     positions whose label is not -100 count. with_accuracy=True also returns the fraction of positions
-    where the most likely token is the right one: (loss, perplexity, accuracy).
+    where the most likely token is the right one: (loss, perplexity, accuracy). Under torchrun every rank
+    must call it: each scores every world_size-th batch and the sums are added over the ranks.
     """
     if len(tokens) < seq_len + 1:
         raise ValueError(f"tokens has {len(tokens)} ids, fewer than seq_len + 1 = {seq_len + 1}; "
@@ -150,11 +158,12 @@ def evaluate(model: TinyLM, tokens: torch.Tensor, batch_size: int, seq_len: int,
     x_all = tokens[: n * seq_len].view(n, seq_len)             # (N, T)
     y_all = targets[1 : n * seq_len + 1].view(n, seq_len)     # (N, T)
     device = next(model.parameters()).device
+    rank, world = distributed.rank_and_world()
     was_training = model.training
     model.eval()
     loss_sum, count, correct = 0.0, 0, 0
     try:
-        for i in range(0, n, batch_size):
+        for i in range(rank * batch_size, n, world * batch_size):   # one process: every batch
             x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
             logits, _ = model(x)                                   # (B, T, V)
             loss_sum += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=-100,
@@ -164,6 +173,9 @@ def evaluate(model: TinyLM, tokens: torch.Tensor, batch_size: int, seq_len: int,
             correct += int(((logits.argmax(-1) == y) & mask).sum())
     finally:
         model.train(was_training)
+    if world > 1:
+        loss_sum, count, correct = distributed.all_reduce_sum([loss_sum, count, correct], device)
+        count, correct = round(count), round(correct)
     if count == 0:
         raise ValueError("no position to score: every label in the evaluated windows is -100; "
                          "evaluate more batches (max_batches) or longer windows (seq_len)")
@@ -233,7 +245,7 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
           config: TrainConfig | None = None, *, train_labels: torch.Tensor | None = None,
           val_labels: torch.Tensor | None = None, resume: Checkpoint | None = None,
           out: str | Path | None = None, extra: dict | None = None, until: int | None = None,
-          progress: bool = True, log: Callable[[str], None] | None = None) -> History:
+          progress: bool = True, log: Callable[[str], None] | None = None, bf16: bool = False) -> History:
     """Train model in place for config.steps steps and return the History.
 
     train_tokens / val_tokens: 1-D token streams. train_labels / val_labels: optional label streams of
@@ -242,12 +254,23 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
     out: a folder to write a checkpoint to at every evaluation and at the end. until: stop after this
     many steps (the schedule still spans config.steps; checkpoints there too), e.g. to continue later.
     log: called with one line per evaluation (the CLI passes a printer; the library prints nothing).
-    progress: show a tqdm bar with the loss and tokens per second.
+    progress: show a tqdm bar with the loss and tokens per second. bf16: run the forward pass under bfloat16
+    autocast (cuda or cpu; the weights, gradients and optimizer stay fp32).
+
+    Under torchrun (a process group is initialised, world size W > 1) every rank calls train with the same
+    arguments: the model (pass the plain TinyLM) is wrapped in DistributedDataParallel, every rank draws the
+    same global batch of config.batch_size sequences and trains on its batch_size / W rows, and only rank 0
+    shows progress, logs and writes checkpoints. The losses in History are those of the global batch.
     """
     cfg = config or TrainConfig()
     if cfg.seq_len > model.cfg.max_seq_len:
         raise ValueError(f"seq_len ({cfg.seq_len}) exceeds the model's max_seq_len ({model.cfg.max_seq_len})")
     device = next(model.parameters()).device
+    if bf16 and device.type not in ("cpu", "cuda"):
+        raise ValueError(f"bf16 autocast runs on cpu or cuda, not {device.type}; drop bf16 (--bf16) or change device")
+    rank, world = distributed.rank_and_world()
+    distributed.check_batch_size(cfg.batch_size, world)
+    net = distributed.wrap(model) if world > 1 else model   # DDP averages the gradients over the ranks
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     sampler = torch.Generator().manual_seed(cfg.seed)   # CPU generator: batches are cut on the CPU
     start, history = 0, History()
@@ -267,30 +290,38 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
             history.val_step.append(step)
             history.val_loss.append(loss)
             history.val_ppl.append(ppl)
-            if log:
+            if log and rank == 0:
                 train_loss = f"train loss {history.loss[-1]:.3f} | " if history.loss else ""
                 log(f"step {step:>6} | {train_loss}val loss {loss:.3f} | val ppl {ppl:.1f}")
 
     if start == 0 and not history.val_step:
         run_eval(0)                                     # the starting point: about ln(vocab_size)
     model.train()
-    bar = tqdm(range(start, stop), initial=start, total=cfg.steps, disable=not progress,
+    bar = tqdm(range(start, stop), initial=start, total=cfg.steps, disable=not progress or rank != 0,
                desc="training", dynamic_ncols=True)
     t0, steps_timed = time.perf_counter(), 0
     for step in bar:
         lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        x, y = get_batch(train_tokens, cfg.batch_size, cfg.seq_len, sampler, train_labels)
-        x, y = x.to(device), y.to(device)                  # (B, T) each
-        _, loss = model(x, y)
+        x, y = get_batch(train_tokens, cfg.batch_size, cfg.seq_len, sampler, train_labels)  # (B, T) each
+        if world > 1:                                      # every rank drew the same batch: keep this rank's rows
+            x, y = distributed.shard(x, rank, world), distributed.shard(y, rank, world)  # (B / W, T) each
+        x, y = x.to(device), y.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
+            _, loss = net(x, y)
+        if world > 1 and train_labels is not None:         # the mask leaves ranks unequal counts: reweight
+            loss = distributed.rebalance_loss(loss, y, world)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()                                    # under DDP the gradients arrive averaged over ranks
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
         optimizer.step()
 
+        loss_value = loss.item()
+        if world > 1:                                      # the global batch's loss: average over ranks
+            loss_value = distributed.all_reduce_sum([loss_value], device)[0] / world
         history.step.append(step + 1)
-        history.loss.append(loss.item())
+        history.loss.append(loss_value)
         history.lr.append(lr)
         history.grad_norm.append(norm.item())
         steps_timed += 1
@@ -299,7 +330,7 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
         if (step + 1) % cfg.eval_every == 0 or step + 1 in (cfg.steps, stop):
             history.tokens_per_s.append(tok_s)
             run_eval(step + 1)
-            if out is not None:
+            if out is not None and rank == 0:              # the plain model: no DDP "module." prefix
                 save_checkpoint(out, model, optimizer, step + 1, cfg, sampler, history, extra)
             t0, steps_timed = time.perf_counter(), 0    # don't count evaluation and saving as training time
     bar.close()
@@ -311,22 +342,25 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
 # ---------------------------------------------------------------------------------------------
 def save_checkpoint(path: str | Path, model: TinyLM, optimizer: torch.optim.Optimizer, step: int,
                     config: TrainConfig, sampler: torch.Generator, history: History, extra: dict | None = None) -> None:
-    """Write a checkpoint folder: model.safetensors, config.json, train_state.pt (each replaced atomically)."""
+    """Write a checkpoint folder: model.safetensors, config.json, train_state.pt (all written, then swapped in).
+
+    Pass the plain model, not a DistributedDataParallel wrapper: its names carry no "module." prefix, so any
+    number of processes can load the checkpoint.
+    """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     meta = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": step,
             "model": model.cfg.to_dict(), "train": asdict(config), "extra": extra or {}}
     state = {"optimizer": optimizer.state_dict(), "sampler": sampler.get_state(), "torch_rng": torch.get_rng_state(),
              "history": asdict(history)}
-    _atomic(path / "model.safetensors", lambda p: save_model(model, str(p)))
-    _atomic(path / "train_state.pt", lambda p: torch.save(state, p))
-    _atomic(path / "config.json", lambda p: p.write_text(json.dumps(meta, indent=2), encoding="utf-8"))
-
-
-def _atomic(target: Path, write: Callable[[Path], None]) -> None:
-    tmp = target.with_name(target.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, target)   # a run killed mid-save leaves the previous file intact
+    writers: dict[str, Callable[[Path], None]] = {
+        "model.safetensors": lambda p: save_model(model, str(p)),
+        "train_state.pt": lambda p: torch.save(state, p),
+        "config.json": lambda p: p.write_text(json.dumps(meta, indent=2), encoding="utf-8")}
+    for name, write in writers.items():
+        write(path / (name + ".tmp"))
+    for name in writers:      # all three written: swap them in together, so a run killed while writing
+        os.replace(path / (name + ".tmp"), path / name)   # keeps the previous checkpoint whole
 
 
 def read_checkpoint_config(path: str | Path) -> dict:
@@ -381,6 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m tinylm.train --steps 600 --out runs/mini --threads 1\n"
                "  python -m tinylm.train --chat --init runs/mini --steps 300 --out runs/chat\n"
                "  python -m tinylm.train --resume runs/mini --out runs/mini\n"
+               "  torchrun --nproc_per_node=2 -m tinylm.train --steps 600 --out runs/mini   # 2 processes or GPUs\n"
+               "  torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --master_addr=HOST --master_port=29500 \\\n"
+               "      -m tinylm.train --steps 600 --out runs/mini                          # machine 0 of 2\n"
+               "Under torchrun --batch-size stays the global batch: each of the N processes takes batch-size / N.\n"
                "A checkpoint folder holds model.safetensors, config.json, train_state.pt and tokenizer.json.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     m = p.add_argument_group("model (ignored with --resume/--init: the checkpoint fixes the shape)")
@@ -429,7 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--stop-after", type=int, help="stop after this many steps (the schedule still spans --steps); "
                    "continue later with --resume")
     r.add_argument("--threads", type=int, help="CPU threads for PyTorch (default: PyTorch's choice)")
-    r.add_argument("--device", default="auto", help="auto, cpu, cuda or mps (default auto)")
+    r.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda or mps (default auto); "
+                   "under torchrun each process takes the GPU of its LOCAL_RANK")
+    r.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass (cuda or cpu); "
+                   "weights and optimizer stay fp32")
     r.add_argument("--sample-tokens", type=int, default=60,
                    help="tokens to sample after training, 0 = none (default 60)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
@@ -465,9 +506,19 @@ def main(argv: list[str] | None = None) -> int:
     given_model = {k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None}
     if (args.resume or args.init) and given_model:
         parser.error(f"--{next(iter(given_model)).replace('_', '-')} cannot change a model loaded with --resume/--init")
+    try:
+        launch = distributed.read_launch()      # rank 0 of 1, or what torchrun set (RANK, WORLD_SIZE, ...)
+        device = pick_device(args.device)
+        if launch.distributed and args.device == "auto" and device.type == "mps":
+            device = torch.device("cpu")        # gloo and nccl cannot move mps tensors
+        device = distributed.launch_device(launch, device)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.bf16 and device.type not in ("cpu", "cuda"):
+        parser.error(f"--bf16 runs on cpu or cuda, not {device.type}; drop --bf16 or pass --device cpu")
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = pick_device(args.device)
+    say = (lambda s: print(s, file=sys.stderr)) if launch.is_main else (lambda s: None)  # noqa: E731
     out = args.out
 
     # settings: checkpoint (resume) or defaults, then any flag given on the command line
@@ -478,8 +529,10 @@ def main(argv: list[str] | None = None) -> int:
     flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
     try:
         tc = TrainConfig(**{**base, **flags})
+        per_rank = distributed.check_batch_size(tc.batch_size, launch.world_size)
     except ValueError as e:
         parser.error(str(e))
+    distributed.init(launch, device)            # several processes: join the others (nothing otherwise)
     chat = args.chat or bool(ckpt and ckpt.extra.get("chat"))
     data_path = args.data or (Path(ckpt.extra["data"]) if ckpt and "data" in ckpt.extra else None) \
         or (DEFAULT_CHAT if chat else DEFAULT_TEXT)
@@ -502,7 +555,10 @@ def main(argv: list[str] | None = None) -> int:
         text = Path(data_path).read_text(encoding="utf-8")
         raw = lambda: text  # noqa: E731
     t_tok = time.perf_counter()
-    tok, tok_path = _load_or_train_tokenizer(args, raw, model_cfg.vocab_size, out)
+    tok = tok_path = None
+    if launch.is_main:                          # under torchrun rank 0 loads (or trains) it and sends it to
+        tok, tok_path = _load_or_train_tokenizer(args, raw, model_cfg.vocab_size, out)
+    tok, tok_path = distributed.broadcast_object((tok, tok_path))   # the others: no shared disk needed
     t_tok = time.perf_counter() - t_tok
     if tok.vocab_size > model_cfg.vocab_size:
         parser.error(f"the tokenizer {tok_path} has {tok.vocab_size} ids but the model only {model_cfg.vocab_size}")
@@ -522,23 +578,31 @@ def main(argv: list[str] | None = None) -> int:
         if args.init:
             load_model(model, str(args.init / "model.safetensors"), device=str(device))
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: {n_params:,} parameters {model_cfg}", file=sys.stderr)
-    print(f"tokenizer: {tok_path} ({tok.vocab_size} ids, {t_tok:.2f} s); data: {data_path} -> "
-          f"{len(train_ids):,} train / {len(val_ids):,} val tokens (encoded in {t_enc:.2f} s); device {device}, "
-          f"{torch.get_num_threads()} threads", file=sys.stderr)
-    print(f"training: {tc}" + (f" (resuming at step {ckpt.step})" if ckpt else ""), file=sys.stderr)
+    say(f"model: {n_params:,} parameters {model_cfg}")
+    say(f"tokenizer: {tok_path} ({tok.vocab_size} ids, {t_tok:.2f} s); data: {data_path} -> "
+        f"{len(train_ids):,} train / {len(val_ids):,} val tokens (encoded in {t_enc:.2f} s); device {device}, "
+        f"{torch.get_num_threads()} threads" + (", bf16 autocast" if args.bf16 else ""))
+    if launch.distributed:
+        say(f"distributed: {launch.world_size} processes ({distributed.backend(device)}), "
+            f"{per_rank} of the {tc.batch_size} sequences of each batch per process")
+    say(f"training: {tc}" + (f" (resuming at step {ckpt.step})" if ckpt else ""))
 
-    extra = {"data": str(data_path), "chat": chat, "init": str(args.init) if args.init else None}
+    extra = {"data": str(data_path), "chat": chat, "init": str(args.init) if args.init else None,
+             "world_size": launch.world_size, "bf16": args.bf16}
     t0 = time.perf_counter()
     history = train(model, train_ids, val_ids, tc, train_labels=train_labels, val_labels=val_labels, resume=ckpt,
-                    out=out, extra=extra, until=args.stop_after, progress=not args.no_progress,
-                    log=lambda s: tqdm.write(s, file=sys.stderr))
+                    out=out, extra=extra, until=args.stop_after, progress=not args.no_progress and launch.is_main,
+                    log=lambda s: tqdm.write(s, file=sys.stderr), bf16=args.bf16)
     wall = time.perf_counter() - t0
     loss, ppl, acc = evaluate(model, val_ids, tc.batch_size, tc.seq_len, None, val_labels, with_accuracy=True)
-    print(f"done in {wall:.1f} s: full validation loss {loss:.3f}, perplexity {ppl:.2f}, next-token accuracy "
-          f"{acc:.3f}; checkpoint in {out}", file=sys.stderr)
+    distributed.close()                         # every rank is done (and rank 0 has saved)
+    say(f"done in {wall:.1f} s: full validation loss {loss:.3f}, perplexity {ppl:.2f}, next-token accuracy "
+        f"{acc:.3f}; checkpoint in {out}")
+    if history.tokens_per_s:
+        say(f"throughput: {history.tokens_per_s[-1]:,.0f} tokens/s over the last training steps "
+            f"({launch.world_size} process{'es' if launch.distributed else ''})")
 
-    if args.sample_tokens > 0:
+    if args.sample_tokens > 0 and launch.is_main:
         from .generate import generate
 
         gen = torch.Generator(device=device).manual_seed(tc.seed)
