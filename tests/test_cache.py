@@ -4,27 +4,12 @@
 import pytest
 import torch
 
+from helpers import random_model, tiny
 from tinylm import Config, KVCache, TinyLM, kv_cache_bytes
 
 TOL = 1e-5  # fp32
 
 
-def tiny(**changes) -> Config:
-    base = dict(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=32)
-    return Config(**{**base, **changes})
-
-
-def random_model(cfg: Config, std: float = 0.3, seed: int = 0) -> TinyLM:
-    """Weights well away from the default 0.02 init, so attention is sharp and positions matter."""
-    torch.manual_seed(seed)
-    model = TinyLM(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, std)
-            else:  # RMSNorm gains (including QK-norm): not all ones, so a skipped norm would show
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-    return model
 
 
 CONFIGS = {

@@ -9,26 +9,11 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from helpers import random_model, tiny
 from tinylm import Config, TinyLM
 from tinylm.generate import apply_temperature, generate, sample_next, top_k_filter, top_p_filter
 
 
-def tiny(**changes) -> Config:
-    base = dict(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=32)
-    return Config(**{**base, **changes})
-
-
-def random_model(cfg: Config, std: float = 0.3, seed: int = 0) -> TinyLM:
-    """Weights at std 0.3 (not 0.02): greedy choices are clear winners and outputs vary along the sequence."""
-    torch.manual_seed(seed)
-    model = TinyLM(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, std)
-            else:
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-    return model
 
 
 LLAMA_LIKE = tiny(tie_embeddings=False)

@@ -1,0 +1,24 @@
+"""Small model builders shared by the cache and generation tests."""
+
+import torch
+
+from tinylm import Config, TinyLM
+
+
+def tiny(**changes) -> Config:
+    base = dict(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=32)
+    return Config(**{**base, **changes})
+
+
+def random_model(cfg: Config, std: float = 0.3, seed: int = 0) -> TinyLM:
+    """Weights at std 0.3 (not the 0.02 init): attention is sharp, positions matter, greedy choices are clear
+    winners and outputs vary along the sequence. Norm gains are not all ones, so a skipped norm would show."""
+    torch.manual_seed(seed)
+    model = TinyLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, std)
+            else:
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+    return model
