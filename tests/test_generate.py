@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from helpers import random_model, tiny
-from tinylm import Config, TinyLM
+
 from tinylm.generate import apply_temperature, generate, sample_next, top_k_filter, top_p_filter
 
 
