@@ -8,8 +8,9 @@ median of several repeats:
   forward   logits for a (4, 256) batch, no grad
   train     one training step: forward + loss + backward (4, 256)
   decode    greedy decoding of 128 new tokens after a 64-token prompt, with the KV cache
-and prints time, ratio (transformers / tinylm: above 1 means tinylm is faster), peak memory above the
-resting process, and training throughput as a fraction of this machine's measured fp32 matmul peak.
+and prints time, ratio (transformers / tinylm: above 1 means tinylm is faster), peak memory of one call
+above the process holding both models (measured in a fresh subprocess per case, so earlier calls' freed
+memory cannot hide it), and training throughput as a fraction of this machine's measured fp32 matmul peak.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import argparse
 import gc
 import os
 import statistics
+import subprocess
+import sys
 import time
 import warnings
 
@@ -101,11 +104,34 @@ def workloads(cfg: Config, ours: TinyLM, theirs, batch: int = 4, seq: int = 256,
             "decode": (dec_ours, dec_theirs)}
 
 
-def measure(fn, repeats: int) -> tuple[float, int]:
+def measure(fn, repeats: int) -> float:
+    gc.collect()
+    return statistics.median(_timed(fn) for _ in range(repeats))
+
+
+def models(name: str):
+    cfg = CONFIGS[name]
+    torch.manual_seed(0)
+    ours = TinyLM(cfg).eval()
+    return cfg, ours, to_hf(ours)
+
+
+def memory_of(name: str, impl: str, kind: str) -> int:
+    """Peak RSS growth (bytes) of one call, in a fresh process: `bench.py --memory NAME IMPL KIND`."""
+    out = subprocess.run([sys.executable, __file__, "--memory", name, impl, kind], capture_output=True, text=True,
+                         check=True)
+    return int(out.stdout.split()[-1])
+
+
+def _memory_child(name: str, impl: str, kind: str) -> None:
+    torch.set_num_threads(2)
+    cfg, ours, theirs = models(name)
+    f_ours, f_theirs = workloads(cfg, ours, theirs)[kind]
+    fn = f_ours if impl == "tinylm" else f_theirs
     gc.collect()
     base = peak_rss_reset()
-    times = [_timed(fn) for _ in range(repeats)]
-    return statistics.median(times), max(0, peak_rss_since() - base)
+    fn()
+    print(max(0, peak_rss_since() - base))
 
 
 def main() -> None:
@@ -113,16 +139,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per case, interleaved (default 5)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median over all is kept")
+    ap.add_argument("--memory", nargs=3, metavar=("CONFIG", "IMPL", "WORK"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.memory:
+        return _memory_child(*args.memory)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     peak = matmul_peak_flops()
     print(f"torch {torch.__version__}, {args.threads} threads; fp32 matmul peak {peak / 1e9:.1f} GFLOP/s")
     header = f"{'config':26s} {'work':8s} {'tinylm':>10s} {'transformers':>13s} {'ratio':>6s} {'mem tinylm':>11s} {'mem HF':>8s}"
     print(header + "\n" + "-" * len(header))
-    for name, cfg in CONFIGS.items():
-        ours = TinyLM(cfg).eval()
-        theirs = to_hf(ours)
+    for name in CONFIGS:
+        cfg, ours, theirs = models(name)
         with torch.no_grad():  # same weights, same answer, before timing anything
             x = torch.randint(0, cfg.vocab_size, (1, 32))
             assert (ours(x)[0] - theirs(input_ids=x).logits).abs().max() < 1e-4
@@ -132,13 +160,12 @@ def main() -> None:
                 assert torch.equal(f_ours(), f_theirs()), "greedy outputs differ"
             else:
                 f_ours(), f_theirs()  # warm-up
-            t_o, t_t, m_o, m_t = [], [], 0, 0
+            t_o, t_t = [], []
             for _ in range(args.rounds):  # interleave the two so drifts in machine speed hit both
-                a, ma = measure(f_ours, args.repeats)
-                b, mb = measure(f_theirs, args.repeats)
-                t_o.append(a), t_t.append(b)
-                m_o, m_t = max(m_o, ma), max(m_t, mb)
+                t_o.append(measure(f_ours, args.repeats))
+                t_t.append(measure(f_theirs, args.repeats))
             to, tt = statistics.median(t_o), statistics.median(t_t)
+            m_o, m_t = memory_of(name, "tinylm", kind), memory_of(name, "transformers", kind)
             print(f"{name:26s} {kind:8s} {to * 1e3:8.1f}ms {tt * 1e3:11.1f}ms {tt / to:5.2f}x "
                   f"{m_o / 2**20:8.0f}MiB {m_t / 2**20:5.0f}MiB")
             if kind == "train":
