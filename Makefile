@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CHAPTERS := $(sorted $(wildcard chapters/*.ipynb))
 
-.PHONY: setup book test unit nbval execute bench clean
+.PHONY: setup book test unit nbval execute report bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ nbval: setup
 execute: setup
 	$(BIN)/python tools/execute.py $(CHAPTERS)
 
+# Each chapter's execution time, cells compared by nbval, quiz questions and static explorers.
+report: setup
+	$(BIN)/python tools/chapter_report.py $(CHAPTERS)
+
+# tinylm against transformers: forward, training step, greedy decoding (see bench/bench.py).
 bench: setup
 	$(BIN)/python bench/bench.py
 
