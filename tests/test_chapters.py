@@ -85,3 +85,29 @@ def test_metadata_is_clean():
         nb = load(path)
         assert set(nb["metadata"]) <= {"kernelspec", "language_info", "jupytext"}, f"{path.name}: run make execute"
         assert "widgets" not in nb["metadata"]
+
+
+# What a fresh Colab runtime has besides tinylm itself (and the standard library): nothing else may be imported.
+COLAB_HAS = {"numpy", "matplotlib", "torch", "tinylm", "ipywidgets", "IPython", "transformers"}
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapters_import_only_what_colab_has(path):
+    import sys
+
+    for cell in code_cells(load(path)):
+        for m in re.finditer(r"^\s*(?:from|import)\s+(\w+)", "".join(cell["source"]), re.M):
+            name = m.group(1)
+            assert name in COLAB_HAS or name in sys.stdlib_module_names, \
+                f"{path.name} imports {name}, which Colab lacks (myst_nb's glue: use tinylm.book.glue)"
+
+
+def test_glue_without_myst_nb_shows_only_when_asked(monkeypatch, capsys):
+    import sys
+
+    from tinylm.book import glue
+
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # as in Colab: import myst_nb fails
+    glue("hidden", 1.5)
+    glue("shown", 2.5, display=True)
+    assert capsys.readouterr().out.strip() == "2.5"

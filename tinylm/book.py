@@ -21,6 +21,23 @@ import numpy as np
 
 
 # ---------------------------------------------------------------------------------------------
+# Glue: numbers computed in a chapter, used in its prose
+# ---------------------------------------------------------------------------------------------
+def glue(name: str, value: Any, display: bool = False) -> None:
+    """myst-nb's `glue` when it is installed (building the book, running the tests); elsewhere (Colab) the
+    value has no page to go to, so it is only shown when display=True."""
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        if display:
+            from IPython.display import display as show
+
+            show(value)
+        return
+    myst_glue(name, value, display=display)
+
+
+# ---------------------------------------------------------------------------------------------
 # Plot style
 # ---------------------------------------------------------------------------------------------
 def plot_style() -> None:
