@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from tinylm import Config, TinyLM
 from tinylm import backprop as bp
 from tinylm import reference as ref
+from tinylm.book import Verdict, check_swiglu_backward
 
 NUM_RTOL = 1e-6    # hand gradient vs central differences (eps 1e-6), relative to the gradient's scale
 TORCH_ATOL = 1e-8  # hand gradient vs autograd, float64
@@ -302,8 +303,9 @@ def _learner_swiglu_backward(dout, x, gate_w, up_w, down_w, slip=None):
 
 
 def test_checker_passes_a_correct_answer():
-    verdict = bp.check_swiglu_backward(_learner_swiglu_backward)
-    assert verdict.startswith("pass"), verdict
+    verdict = check_swiglu_backward(_learner_swiglu_backward)
+    assert isinstance(verdict, Verdict) and verdict.passed, verdict
+    assert repr(verdict).startswith("PASS: dx, dgate_w, dup_w and ddown_w all match"), verdict
 
 
 @pytest.mark.parametrize("slip, wrong, right, hint", [
@@ -314,26 +316,26 @@ def test_checker_passes_a_correct_answer():
     ("sign", ["dgate_w"], ["dx", "dup_w", "ddown_w"], "sign is flipped"),
 ])
 def test_checker_names_the_wrong_gradient(slip, wrong, right, hint):
-    verdict = bp.check_swiglu_backward(lambda *a: _learner_swiglu_backward(*a, slip=slip))
-    assert verdict.startswith("fail"), verdict
+    verdict = check_swiglu_backward(lambda *a: _learner_swiglu_backward(*a, slip=slip))
+    assert not verdict.passed, verdict
     for name in wrong:
-        assert f"{name} " in verdict, verdict
+        assert f"{name} " in verdict.message, verdict
     for name in right:
-        assert f"{name} " not in verdict, verdict
-    assert hint in verdict, verdict
+        assert f"{name} " not in verdict.message, verdict
+    assert hint in verdict.message, verdict
 
 
 def test_checker_reports_crashes_and_wrong_returns():
     def crashes(dout, x, gate_w, up_w, down_w):
         return dout @ gate_w  # (B, T, C) @ (F, C): shapes do not line up
-    assert bp.check_swiglu_backward(crashes).startswith("fail: your function raised ValueError")
-    assert "four arrays" in bp.check_swiglu_backward(lambda *a: a[0])
+    assert repr(check_swiglu_backward(crashes)).startswith("NOT YET: your function raised ValueError")
+    assert "four arrays" in check_swiglu_backward(lambda *a: a[0]).message
 
     def stub(dout, x, gate_w, up_w, down_w):
         raise NotImplementedError
-    assert bp.check_swiglu_backward(stub).startswith("fail: not written yet")
+    assert repr(check_swiglu_backward(stub)) == "NOT YET: not written yet (your function raises NotImplementedError)"
     with pytest.raises(ValueError, match="user_fn"):
-        bp.check_swiglu_backward("not a function")
+        check_swiglu_backward("not a function")
 
 
 # --- bad input ---------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ def moe_cfg(n_experts: int = 4, k: int = 2, **changes) -> Config:
 
 def make_moe(n_experts: int = 4, k: int = 2, seed: int = 0) -> MoE:
     torch.manual_seed(seed)
-    return MoE(moe_cfg(n_experts, k))
+    cfg = moe_cfg(n_experts, k)
+    return MoE(cfg, expert=lambda: SwiGLU(cfg.dim, cfg.ffn_dim))
 
 
 @pytest.mark.parametrize("k", [1, 2])
@@ -76,7 +77,8 @@ def test_tinylm_with_one_expert_equals_dense_tinylm():
     logits_m, loss_m = moe_model(idx, targets)
     torch.testing.assert_close(logits_m, logits_d, atol=1e-5, rtol=1e-5)
     # one expert: f_0 = P_0 = 1, so aux = 1 and the loss is the dense loss + mlp_aux_weight
-    assert (loss_m - loss_d).item() == pytest.approx(TinyLM.mlp_aux_weight, abs=1e-6)
+    assert moe_model.cfg.mlp_aux_weight == 0.01                                # Switch Transformer's weight
+    assert (loss_m - loss_d).item() == pytest.approx(moe_model.cfg.mlp_aux_weight, abs=1e-6)
 
 
 def test_load_balancing_loss_is_one_for_uniform_routing():
@@ -203,9 +205,27 @@ def test_tinylm_loss_includes_weighted_aux_loss():
     ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
     layer_aux = torch.stack([layer.mlp.aux_loss for layer in model.layers]).mean()
     torch.testing.assert_close(model.last_aux_loss, layer_aux)
-    assert (loss - ce).item() == pytest.approx(model.mlp_aux_weight * model.last_aux_loss.item(), abs=1e-6)
+    assert (loss - ce).item() == pytest.approx(model.cfg.mlp_aux_weight * model.last_aux_loss.item(), abs=1e-6)
     loss.backward()
     assert all(layer.mlp.gate.weight.grad.abs().sum() > 0 for layer in model.layers)
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_aux_weight_is_a_config_field(weight):
+    torch.manual_seed(0)
+    model = TinyLM(moe_cfg(4, 2, mlp_aux_weight=weight))
+    idx, targets = torch.randint(0, 64, (2, 12)), torch.randint(0, 64, (2, 12))
+    logits, loss = model(idx, targets)
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    assert (loss - ce).item() == pytest.approx(weight * model.last_aux_loss.item(), abs=1e-6)
+
+
+def test_moe_builds_the_experts_it_is_given():
+    moe = MoE(moe_cfg(3, 1), expert=lambda: torch.nn.Linear(16, 16, bias=False))
+    assert [type(e) for e in moe.experts] == [torch.nn.Linear] * 3
+    assert moe(torch.randn(2, 5, 16)).shape == (2, 5, 16)
+    with pytest.raises(ValueError, match="expert"):
+        MoE(moe_cfg(3, 1), expert=SwiGLU(16, 24))               # a module, not a function that builds one
 
 
 @pytest.mark.parametrize("changes, field", [

@@ -3,7 +3,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tinylm import Config, TinyLM, count_params, kv_cache_bytes
+from tinylm import Config, KVCache, TinyLM, count_params, kv_cache_bytes
+from tinylm.numpy_model import param_shapes, params_from_torch
+from tinylm.params import weight_shapes
 
 
 def numel(cfg: Config) -> int:
@@ -52,12 +54,30 @@ def test_count_equals_numel_for_any_config(cfg):
     assert count_params(cfg).total == numel(cfg)
 
 
+@settings(max_examples=30, deadline=None)
+@given(configs())
+def test_weight_shapes_are_the_state_dict_for_any_config(cfg):
+    state = TinyLM(cfg).state_dict()
+    assert list(weight_shapes(cfg).items()) == [(k, tuple(v.shape)) for k, v in state.items()]   # names, order
+
+
+def test_numpy_model_expects_the_same_shapes(small_cfg):
+    params = params_from_torch(TinyLM(small_cfg))
+    assert {k: v.shape for k, v in params.items()} == param_shapes(small_cfg)
+    assert ("lm_head.weight" in params) == (not small_cfg.tie_embeddings)
+
+
 def test_kv_cache_bytes_reference_figures():
     cfg = Config(n_layers=8, dim=768, n_heads=8)  # head_dim 96
-    mha, gqa, mqa = (kv_cache_bytes(cfg.replace(n_kv_heads=h), seq_len=2048) for h in (8, 4, 1))
+    mha, gqa, mqa = (kv_cache_bytes(cfg.replace(n_kv_heads=h), seq_len=2048, bytes_per=2) for h in (8, 4, 1))
     assert mha == 2 * 8 * 8 * 2048 * 96 * 2 == 50_331_648
     assert (gqa, mqa) == (mha // 2, mha // 8)
     assert kv_cache_bytes(cfg, 10, batch=3, bytes_per=4) == 2 * 8 * 3 * 4 * 10 * 96 * 4
+
+
+def test_kv_cache_bytes_and_kv_cache_default_to_the_same_dtype():
+    cfg = Config(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=16)
+    assert KVCache(cfg, 3, 16).nbytes == kv_cache_bytes(cfg, 16, 3)       # fp32, like TinyLM's weights
 
 
 @pytest.mark.parametrize("kwargs, name", [({"seq_len": 0}, "seq_len"), ({"seq_len": 4, "batch": -1}, "batch"),

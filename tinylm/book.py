@@ -19,6 +19,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import backprop, numpy_model
+from .gradcheck import max_errors
+
 
 # ---------------------------------------------------------------------------------------------
 # Glue: numbers computed in a chapter, used in its prose
@@ -200,6 +203,78 @@ def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tu
             err = float(np.max(np.abs(got - expected)))
             return Verdict(False, f"case {n + 1}: values differ by up to {err:.3g} (tolerance {atol:g}).")
     return Verdict(True, f"{name} matches the reference on {len(cases)} random cases.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 10's exercise: the learner writes SwiGLU's backward
+# ---------------------------------------------------------------------------------------------
+_SWIGLU_GRADS = ("dx", "dgate_w", "dup_w", "ddown_w")
+
+
+def check_swiglu_backward(user_fn: Callable, seed: int = 0, rtol: float = 1e-6) -> Verdict:
+    """Grade user_fn(dout, x, gate_w, up_w, down_w) -> (dx, dgate_w, dup_w, ddown_w) on random inputs.
+
+    x (B, T, C); gate_w, up_w (F, C); down_w (C, F); dout (B, T, C). The Verdict names every wrong
+    gradient with its relative error and hints at common slips.
+    """
+    if not callable(user_fn):
+        raise ValueError(f"user_fn must be a function (dout, x, gate_w, up_w, down_w) -> 4 arrays, "
+                         f"got {type(user_fn).__name__}")
+    rng = np.random.default_rng(seed)
+    B, T, C, F = 2, 3, 5, 7  # C != F so a transposed weight gradient shows up as a wrong shape
+    x, dout = rng.normal(size=(B, T, C)), rng.normal(size=(B, T, C))
+    gate_w, up_w, down_w = rng.normal(size=(F, C)), rng.normal(size=(F, C)), rng.normal(size=(C, F))
+    _, cache = numpy_model.swiglu_forward(x, gate_w, up_w, down_w)
+    expected = dict(zip(_SWIGLU_GRADS, backprop.swiglu_backward(dout, cache)))
+    try:
+        got = user_fn(dout.copy(), x.copy(), gate_w.copy(), up_w.copy(), down_w.copy())
+    except NotImplementedError:
+        return Verdict(False, "not written yet (your function raises NotImplementedError)")
+    except Exception as e:  # the learner's code: report, don't crash the notebook
+        return Verdict(False, f"your function raised {type(e).__name__}: {e}")
+    if not isinstance(got, (tuple, list)) or len(got) != 4:
+        return Verdict(False, f"return four arrays (dx, dgate_w, dup_w, ddown_w); got {type(got).__name__}"
+                              f"{f' of length {len(got)}' if isinstance(got, (tuple, list)) else ''}")
+
+    # Common slips, each as the gradient it would produce, with the hint to give
+    _, _, _, _, g, u, s, a, h = cache
+    dh = dout @ down_w                                                             # (B, T, F)
+    dg, du = dh * u * s * (1 + g * (1 - s)), dh * a
+    x2 = x.reshape(-1, C)
+    slips = {
+        "dx": [(dg @ gate_w, "only the gate path: x also feeds up_proj, add du @ up_w"),
+               (du @ up_w, "only the up path: x also feeds gate_proj, add dg @ gate_w")],
+        "dgate_w": [((dh * u * s).reshape(-1, F).T @ x2,
+                     "SiLU's derivative is s * (1 + g * (1 - s)) with s = sigmoid(g), not sigmoid(g) alone")],
+        "dup_w": [(dh.reshape(-1, F).T @ x2, "du = dh * silu(g): the up branch is multiplied by the gate")],
+        "ddown_w": [(dout.reshape(-1, C).T @ a.reshape(-1, F), "down_proj's input is h = silu(g) * u, not silu(g)")],
+    }
+    wrong = []
+    for name, g_user in zip(_SWIGLU_GRADS, got):
+        want = expected[name]
+        try:
+            g_user = np.asarray(g_user, dtype=np.float64)
+        except (TypeError, ValueError):
+            wrong.append(f"{name} is not an array of numbers (got {type(g_user).__name__})")
+            continue
+        if g_user.shape != want.shape:
+            hint = (" (transposed? a weight's gradient has the weight's (out, in) shape)"
+                    if g_user.shape == want.shape[::-1] else "")
+            wrong.append(f"{name} has shape {g_user.shape}, expected {want.shape}{hint}")
+            continue
+        abs_err, rel = max_errors(g_user, want)
+        if not rel <= rtol:  # written this way round so nan fails too
+            msg = f"{name} is wrong: relative error {rel:.2g}"
+            if np.isfinite(abs_err):
+                where = np.unravel_index(np.argmax(np.abs(g_user - want)), want.shape)
+                msg += f" (largest difference {abs_err:.2g} at index {tuple(int(j) for j in where)})"
+            hints = [hint for slip, hint in [(-want, "the sign is flipped")] + slips[name]
+                     if max_errors(g_user, slip)[1] <= rtol]
+            wrong.append(msg + (f". Hint: {hints[0]}" if hints else ""))
+    if wrong:
+        return Verdict(False, "; ".join(wrong))
+    # the tolerance, not the measured error: ~1e-16 differences vary with the machine, a verdict should not
+    return Verdict(True, f"dx, dgate_w, dup_w and ddown_w all match (relative error below {rtol:g})")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ._checks import check_int
 from .config import Config
 
 
@@ -19,9 +20,7 @@ class KVCache(nn.Module):
     def __init__(self, cfg: Config, batch_size: int, max_len: int, dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None):
         super().__init__()
-        for name, value in (("batch_size", batch_size), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        batch_size, max_len = check_int("batch_size", batch_size, low=1), check_int("max_len", max_len, low=1)
         if max_len > cfg.max_seq_len:
             raise ValueError(f"max_len ({max_len}) cannot exceed the model's max_seq_len ({cfg.max_seq_len})")
         self.max_len = max_len

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
+from ._checks import IGNORE_INDEX, check_int  # IGNORE_INDEX: the label of a position the loss skips
 from .generate import generate
 from .model import TinyLM
 from .tokenizer import BPETokenizer
 
-IGNORE = -100  # label of a position the loss skips
 ROLES = ("user", "assistant")
 Turn = dict  # {"role": "user" | "assistant", "content": str}
 
@@ -63,15 +63,15 @@ def encode_chat(tokenizer: BPETokenizer, turns: list[Turn]) -> tuple[list[int], 
     """
     _check_turns(turns)
     bos, user, assistant, eos = (_special(tokenizer, s) for s in ("<bos>", "<|user|>", "<|assistant|>", "<eos>"))
-    ids, labels = [bos], [IGNORE]
+    ids, labels = [bos], [IGNORE_INDEX]
     for t in turns:
         text = tokenizer.encode(t["content"])
         if t["role"] == "user":
             ids += [user] + text
-            labels += [IGNORE] * (1 + len(text))
+            labels += [IGNORE_INDEX] * (1 + len(text))
         else:
             ids += [assistant] + text + [eos]
-            labels += [IGNORE] + text + [eos]
+            labels += [IGNORE_INDEX] + text + [eos]
     return ids, labels
 
 
@@ -123,8 +123,7 @@ class ChatSession:
             raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only {model.cfg.vocab_size}; "
                              "use the tokenizer the model was trained with")
         limit = model.cfg.max_seq_len
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or not 0 < max_new_tokens < limit:
-            raise ValueError(f"max_new_tokens must be an int in [1, max_seq_len={limit}), got {max_new_tokens!r}")
+        check_int("max_new_tokens", max_new_tokens, 1, limit - 1, span=f"in [1, max_seq_len={limit})")
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.top_k, self.top_p = max_new_tokens, temperature, top_k, top_p
         self.use_cache = use_cache

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from ._checks import check_bool, check_int, check_number, check_one_of
+
 
 @dataclass(frozen=True)
 class Config:
@@ -25,14 +27,11 @@ class Config:
     tie_embeddings: bool = True  # output head shares the embedding matrix
     n_experts: int = 0          # 0: dense SwiGLU; >0: mixture of this many SwiGLU experts
     experts_per_token: int = 2  # top-k experts each token is sent to (1 or 2; used when n_experts > 0)
+    mlp_aux_weight: float = 0.01  # weight of the MoE load-balancing loss in the loss (Switch: 0.01)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_seq_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be an int, got {value!r}")
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+            object.__setattr__(self, name, check_int(name, getattr(self, name), low=1))  # numpy ints -> int
         if self.dim % self.n_heads:
             raise ValueError(
                 f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads}) so every head gets "
@@ -47,17 +46,14 @@ class Config:
             raise ValueError(
                 f"head_dim = dim / n_heads = {self.head_dim} must be even: RoPE rotates dimensions in pairs"
             )
-        if not isinstance(self.rope_base, (int, float)) or isinstance(self.rope_base, bool) or not self.rope_base > 1:
-            raise ValueError(f"rope_base must be a number > 1, got {self.rope_base!r}")
-        if not isinstance(self.norm_eps, (int, float)) or isinstance(self.norm_eps, bool) or not self.norm_eps > 0:
-            raise ValueError(f"norm_eps must be a number > 0, got {self.norm_eps!r}")
-        for name in ("qk_norm", "tie_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if isinstance(self.n_experts, bool) or not isinstance(self.n_experts, int) or self.n_experts < 0:
-            raise ValueError(f"n_experts must be an int >= 0 (0 means dense SwiGLU), got {self.n_experts!r}")
-        if self.experts_per_token not in (1, 2) or isinstance(self.experts_per_token, bool):
-            raise ValueError(f"experts_per_token must be 1 or 2, got {self.experts_per_token!r}")
+        check_number("rope_base", self.rope_base, 1, low_open=True)
+        check_number("norm_eps", self.norm_eps, 0, low_open=True)
+        check_bool("qk_norm", self.qk_norm)
+        check_bool("tie_embeddings", self.tie_embeddings)
+        object.__setattr__(self, "n_experts",
+                           check_int("n_experts", self.n_experts, low=0, hint=" (0 means dense SwiGLU)"))
+        check_one_of("experts_per_token", self.experts_per_token, (1, 2))
+        check_number("mlp_aux_weight", self.mlp_aux_weight, 0)
         if self.n_experts and self.experts_per_token > self.n_experts:
             raise ValueError(
                 f"experts_per_token ({self.experts_per_token}) cannot exceed n_experts ({self.n_experts})"

@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from ._checks import IGNORE_INDEX
+
 LAUNCH_HINT = "launch with `torchrun --nproc_per_node=N -m tinylm.train ...`, which sets them for every process"
 
 
@@ -154,16 +156,15 @@ def broadcast_object(obj):
     return box[0]
 
 
-def wrap(model: torch.nn.Module) -> DistributedDataParallel:
+def wrap(model: torch.nn.Module, find_unused_parameters: bool = False) -> DistributedDataParallel:
     """The model in DistributedDataParallel: gradients are averaged over the ranks during backward.
 
-    DDP copies rank 0's weights to every rank when wrapping. A mixture of experts may leave an expert
-    without tokens on some rank, so DDP then looks for unused parameters.
+    DDP copies rank 0's weights to every rank when wrapping. Pass find_unused_parameters=True when some
+    weights may get no gradient on a rank, as a mixture of experts may leave an expert without tokens.
     """
     device = next(model.parameters()).device
-    moe = getattr(getattr(model, "cfg", None), "n_experts", 0) > 0
     return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
-                                   find_unused_parameters=moe)
+                                   find_unused_parameters=find_unused_parameters)
 
 
 def shard(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
@@ -197,7 +198,7 @@ def rebalance_loss(loss: torch.Tensor, targets: torch.Tensor, world_size: int) -
     Needs the process group (one all-reduce of the count). Without a loss mask every rank has the same
     count and the weight is exactly 1, so the training loop only calls this for masked (chat) data.
     """
-    n_local = (targets != -100).sum()        # supervised positions on this rank
+    n_local = (targets != IGNORE_INDEX).sum()   # supervised positions on this rank
     n_global = n_local.clone()
     dist.all_reduce(n_global)                 # ... on all ranks
     return torch.where(n_local > 0, loss * loss_weight(n_local, n_global, world_size), 0.0)

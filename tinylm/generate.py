@@ -17,37 +17,32 @@ Shapes: B batch, T prompt length, V vocab. All helpers work on the last dim and 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from .model import TinyLM
+from ._checks import check_bool, check_int, check_number
+from .model import TinyLM, check_idx
 
 
 # ---------------------------------------------------------------------------------------------
 # Sampling helpers: pure functions of the logits, usable on a hand-made 5-token distribution.
 # ---------------------------------------------------------------------------------------------
 def _check_temperature(temperature: float) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature}")
+    check_number("temperature", temperature, 0, hint=" (0 means greedy)")
 
 
 def _check_top_k(top_k: int | None) -> None:
-    if top_k is None:
-        return
-    if isinstance(top_k, bool) or not isinstance(top_k, int):
-        raise ValueError(f"top_k must be an int >= 1 or None (no top-k filter), got {top_k!r}")
-    if top_k < 1:
-        raise ValueError(f"top_k must be >= 1 (or None for no top-k filter), got {top_k}")
+    if top_k is not None:
+        check_int("top_k", top_k, low=1, span=">= 1", hint=" or None (no top-k filter)")
 
 
 def _check_top_p(top_p: float | None) -> None:
-    if top_p is None:
-        return
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be a number in (0, 1] or None (no nucleus filter), got {top_p!r}")
+    if top_p is not None:
+        check_number("top_p", top_p, 0, 1, low_open=True, hint=" or None (no nucleus filter)")
+
+
+def _check_generator(generator: torch.Generator | None) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -118,8 +113,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         what = f"shape {tuple(logits.shape)}, dtype {logits.dtype}" if isinstance(logits, torch.Tensor) \
             else type(logits).__name__
         raise ValueError(f"logits must be a float tensor of shape (B, V) or (V,), got {what}")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    _check_generator(generator)
     return _sample(logits, temperature, top_k, top_p, generator)
 
 
@@ -180,24 +174,18 @@ def _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, 
                          eos_id) -> None:
     if not isinstance(model, TinyLM):
         raise ValueError(f"model must be a tinylm.TinyLM, got {type(model).__name__}")
-    if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
-        what = f"shape {tuple(idx.shape)}, dtype {idx.dtype}" if isinstance(idx, torch.Tensor) else type(idx).__name__
-        raise ValueError(f"idx must be a (batch, time) torch.long tensor of token ids, got {what}; "
-                         "use idx[None] to add a batch dimension and idx.long() to convert")
+    check_idx(idx, model.cfg.vocab_size)
     if idx.shape[1] == 0:
         raise ValueError("idx must hold at least one prompt token per row (e.g. a <bos> id), got time length 0")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    check_int("max_new_tokens", max_new_tokens, low=0)
     _check_temperature(temperature)
     _check_top_k(top_k)
     _check_top_p(top_p)
-    if not isinstance(use_cache, bool):
-        raise ValueError(f"use_cache must be True or False, got {use_cache!r}")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    check_bool("use_cache", use_cache)
+    _check_generator(generator)
     vocab = model.cfg.vocab_size
-    if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 0 <= eos_id < vocab):
-        raise ValueError(f"eos_id must be a token id in [0, vocab_size={vocab}) or None, got {eos_id!r}")
+    if eos_id is not None:
+        check_int("eos_id", eos_id, 0, vocab - 1, span=f"in [0, vocab_size={vocab})", hint=" or None")
     T, limit = idx.shape[1], model.cfg.max_seq_len
     if T + max_new_tokens > limit:
         fix = (f"ask for at most {max(limit - T, 0)} new tokens, or keep only the last {limit - max_new_tokens} prompt "

@@ -1,6 +1,7 @@
-"""Moving weights to and from Hugging Face `transformers` (LlamaForCausalLM, Qwen3ForCausalLM).
+"""Exporting a TinyLM to Hugging Face `transformers` (LlamaForCausalLM, Qwen3ForCausalLM).
 
 tinylm uses Hugging Face's module names, so the only change is the `model.` prefix on the trunk.
+One direction only: this module writes to `transformers`; it does not load from it.
 `transformers` is imported lazily: the course itself never needs it.
 """
 

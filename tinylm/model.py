@@ -18,8 +18,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import positions
+from ._checks import IGNORE_INDEX
 from .cache import KVCache
 from .config import Config
+from .moe import MoE
 
 
 class RMSNorm(nn.Module):
@@ -49,9 +52,10 @@ def rope_tables(head_dim: int, max_len: int, base: float = 10000.0) -> tuple[tor
     """cos, sin of shape (max_len, head_dim): pair i turns at base**(-2i/head_dim) rad/position.
 
     Computed and kept in float64 (a float32 angle at position 1000 is already off by ~1e-4 rad);
-    `apply_rope` casts the rows it uses to the activations' dtype.
+    `apply_rope` casts the rows it uses to the activations' dtype. The speeds are NumPy's
+    `positions.rope_inv_freq`, the very numbers `tinylm.reference` uses.
     """
-    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)   # (D/2,)
+    inv_freq = torch.from_numpy(positions.rope_inv_freq(head_dim, base))                # (D/2,) float64
     angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)          # (T, D/2)
     angles = torch.cat([angles, angles], dim=-1)                                         # (T, D)
     return angles.cos(), angles.sin()
@@ -83,8 +87,8 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
 
 
 def causal_mask(T: int, S: int, device=None) -> torch.Tensor:
-    """(T, S) bool, True where allowed: the T queries are the last T of S positions, each sees itself and the past."""
-    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+    """(T, S) bool, True where allowed: the T queries are the last T of S positions (`positions.causal_mask`)."""
+    return torch.from_numpy(positions.causal_mask(T, S)).to(device)
 
 
 def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
@@ -121,6 +125,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.qk_norm = cfg.qk_norm
         if cfg.qk_norm:  # Qwen3: normalise each head's q and k before RoPE
             self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
@@ -133,7 +138,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)       # (B, T, H, D)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)    # (B, T, Hkv, D)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)    # (B, T, Hkv, D)
-        if hasattr(self, "q_norm"):
+        if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H|Hkv, T, D)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)         # cos, sin: this call's T positions
@@ -165,10 +170,8 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.self_attn = Attention(cfg, layer_idx)
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
-        if cfg.n_experts:
-            from .moe import MoE  # chapter 7: a router and several SwiGLU experts
-
-            self.mlp = MoE(cfg)
+        if cfg.n_experts:  # chapter 7: a router and n_experts SwiGLU experts
+            self.mlp = MoE(cfg, expert=lambda: SwiGLU(cfg.dim, cfg.ffn_dim))
         else:
             self.mlp = SwiGLU(cfg.dim, cfg.ffn_dim)
 
@@ -180,8 +183,6 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
-    mlp_aux_weight: float = 0.01  # weight of the MoE load-balancing loss (Switch Transformer uses 0.01)
-
     def __init__(self, cfg: Config):
         super().__init__()
         if not isinstance(cfg, Config):
@@ -208,6 +209,8 @@ class TinyLM(nn.Module):
         """idx (B, T) token ids -> logits (B, T, V), and the mean cross-entropy if targets (B, T) are given.
 
         Targets equal to -100 are ignored. With a cache, idx holds the positions cache.pos ... cache.pos + T - 1.
+        With experts (cfg.n_experts > 0) the loss includes cfg.mlp_aux_weight x the mean load-balancing
+        loss of the layers, kept as `last_aux_loss`.
         """
         self._check_input(idx, targets, cache)
         x = self.embed_tokens(idx)                                       # (B, T, C)
@@ -222,20 +225,14 @@ class TinyLM(nn.Module):
         if targets is None:
             return logits, None
         logits32 = logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32
-        loss = F.cross_entropy(logits32, targets.flatten(), ignore_index=-100)
-        aux = [layer.mlp.aux_loss for layer in self.layers if getattr(layer.mlp, "aux_loss", None) is not None]
-        if aux:  # mixture of experts: the load-balancing loss joins the training loss
-            self.last_aux_loss = torch.stack(aux).mean()
-            loss = loss + self.mlp_aux_weight * self.last_aux_loss
+        loss = F.cross_entropy(logits32, targets.flatten(), ignore_index=IGNORE_INDEX)
+        if self.cfg.n_experts:  # mixture of experts: the load-balancing loss joins the training loss
+            self.last_aux_loss = torch.stack([layer.mlp.aux_loss for layer in self.layers]).mean()
+            loss = loss + self.cfg.mlp_aux_weight * self.last_aux_loss
         return logits, loss
 
     def _check_input(self, idx, targets, cache) -> None:
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
-            shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
-            raise ValueError(f"idx must be a (batch, time) tensor of token ids, got shape {shape}; "
-                             "add a batch dimension with idx[None] for a single sequence")
-        if idx.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"idx must hold integer token ids (torch.long), got dtype {idx.dtype}")
+        check_idx(idx, self.cfg.vocab_size)
         start = cache.pos if cache is not None else 0
         if start + idx.shape[1] > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {start + idx.shape[1]} exceeds max_seq_len "
@@ -243,9 +240,6 @@ class TinyLM(nn.Module):
         if cache is not None and start + idx.shape[1] > cache.max_len:
             raise ValueError(f"the KV cache holds {cache.max_len} positions, {start + idx.shape[1]} needed; "
                              "make the cache with a larger max_len")
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
-            raise ValueError(f"token ids must lie in [0, vocab_size={self.cfg.vocab_size}), got range "
-                             f"[{int(idx.min())}, {int(idx.max())}]")
         if targets is not None and targets.shape != idx.shape:
             raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
 
@@ -259,3 +253,18 @@ class TinyLM(nn.Module):
         """An empty preallocated KV cache on this model's device and dtype."""
         return KVCache(self.cfg, batch_size, max_len or self.cfg.max_seq_len,
                        dtype=dtype or self.embed_tokens.weight.dtype, device=self.embed_tokens.weight.device)
+
+
+def check_idx(idx: torch.Tensor, vocab_size: int) -> None:
+    """The rules for token ids, shared by `TinyLM.forward` and `generate`: a (B, T) torch.long tensor of
+    ids in [0, vocab_size). ValueError otherwise, saying what to change."""
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
+        shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
+        raise ValueError(f"idx must be a (batch, time) tensor of token ids, got shape {shape}; "
+                         "add a batch dimension with idx[None] for a single sequence")
+    if idx.dtype != torch.long:
+        raise ValueError(f"idx must hold integer token ids as torch.long, got dtype {idx.dtype}; "
+                         "convert with idx.long()")
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, vocab_size={vocab_size}), got range "
+                         f"[{int(idx.min())}, {int(idx.max())}]")

@@ -9,33 +9,41 @@ Fedus et al., 2021 (Switch Transformer). Top-2 with the k weights renormalised t
 Jiang et al., 2024 (Mixtral). Module names follow Hugging Face Mixtral / Qwen3-MoE (`gate`, `experts`).
 Shapes: B batch, T time, C = dim, N = B*T tokens, k = experts_per_token, E = n_experts.
 
+The experts are whatever module `expert()` builds (TinyLM passes a SwiGLU factory), so this file knows
+nothing of `tinylm.model`.
+
 Note on k = 1: after renormalisation the single weight is always exactly 1, so the language-model loss
 sends no gradient to the router; with top-1 only the load-balancing loss trains it.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn as nn
 
 from .config import Config
-from .model import SwiGLU
 
 
 class MoE(nn.Module):
-    """Router + `n_experts` SwiGLU experts; a drop-in for `SwiGLU` on x (B, T, C) -> (B, T, C).
+    """Router + `cfg.n_experts` experts, each built by `expert()` (e.g. `lambda: SwiGLU(dim, ffn_dim)`);
+    a drop-in for that expert on x (B, T, C) -> (B, T, C).
 
     Each forward stores `aux_loss` (Switch load-balancing loss, a scalar tensor with gradient to the
     router) and `last_counts` (LongTensor (E,), token-slots each expert received).
     """
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, expert: Callable[[], nn.Module]):
         super().__init__()
         if cfg.n_experts < 1:
             raise ValueError(f"MoE needs n_experts >= 1, got {cfg.n_experts}; use SwiGLU for a dense layer")
+        if isinstance(expert, nn.Module) or not callable(expert):   # one module, not a way to build several
+            raise ValueError(f"expert must be a function that builds one expert, such as "
+                             f"lambda: SwiGLU(cfg.dim, cfg.ffn_dim); got {type(expert).__name__}")
         self.n_experts, self.top_k = cfg.n_experts, cfg.experts_per_token
         self.gate = nn.Linear(cfg.dim, cfg.n_experts, bias=False)  # the router
-        self.experts = nn.ModuleList(SwiGLU(cfg.dim, cfg.ffn_dim) for _ in range(cfg.n_experts))
+        self.experts = nn.ModuleList(expert() for _ in range(cfg.n_experts))
         self.aux_loss: torch.Tensor | None = None
         self.last_counts: torch.Tensor | None = None
 

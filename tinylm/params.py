@@ -1,10 +1,54 @@
-"""Counting before building: the analytic parameter count and KV-cache size of a `Config`."""
+"""Counting before building: every weight's shape, the parameter count and the KV-cache size of a `Config`.
+
+`weight_shapes(cfg)` is the one description of the weights (the names and shapes of `TinyLM(cfg).state_dict()`,
+tested equal); the counts below are sums over it, and `tinylm.numpy_model` checks its inputs against it.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Callable
 
+from ._checks import check_int
 from .config import Config
+
+
+def block_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of the weights of one block (names inside `layers.i.`); linear weights are (out, in)."""
+    C, F, D = cfg.dim, cfg.ffn_dim, cfg.head_dim
+    shapes: dict[str, tuple[int, ...]] = {
+        "input_layernorm.weight": (C,),
+        "self_attn.q_proj.weight": (cfg.n_heads * D, C),
+        "self_attn.k_proj.weight": (cfg.n_kv_heads * D, C),
+        "self_attn.v_proj.weight": (cfg.n_kv_heads * D, C),
+        "self_attn.o_proj.weight": (C, cfg.n_heads * D),
+    }
+    if cfg.qk_norm:  # Qwen3: one gain per head dimension, shared by the heads
+        shapes |= {"self_attn.q_norm.weight": (D,), "self_attn.k_norm.weight": (D,)}
+    shapes["post_attention_layernorm.weight"] = (C,)
+    swiglu = {"gate_proj.weight": (F, C), "up_proj.weight": (F, C), "down_proj.weight": (C, F)}
+    if cfg.n_experts == 0:
+        shapes |= {"mlp." + k: s for k, s in swiglu.items()}
+    else:  # the router, then the experts (tinylm.moe)
+        shapes["mlp.gate.weight"] = (cfg.n_experts, C)
+        shapes |= {f"mlp.experts.{e}.{k}": s for e in range(cfg.n_experts) for k, s in swiglu.items()}
+    return shapes
+
+
+def weight_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every weight of `TinyLM(cfg)`: its `state_dict`, in order, with Hugging Face names.
+
+    'lm_head.weight' is listed even when tied to the embedding (the state_dict lists it too);
+    `count_params` counts it once.
+    """
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.vocab_size, cfg.dim)}
+    block = block_shapes(cfg)
+    for i in range(cfg.n_layers):
+        shapes |= {f"layers.{i}.{k}": s for k, s in block.items()}
+    shapes["norm.weight"] = (cfg.dim,)
+    shapes["lm_head.weight"] = (cfg.vocab_size, cfg.dim)
+    return shapes
 
 
 @dataclass(frozen=True)
@@ -34,42 +78,44 @@ class ParamCount:
         }
 
 
+def _numel(shapes: dict[str, tuple[int, ...]], keep: Callable[[str], bool]) -> int:
+    """Number of weights in the entries of shapes whose name passes keep."""
+    return sum(math.prod(shape) for name, shape in shapes.items() if keep(name))
+
+
 def attention_params(cfg: Config) -> int:
     """One block's attention: q and o are dim x (n_heads*head_dim); k and v are dim x (n_kv_heads*head_dim)."""
-    q_and_o = 2 * cfg.dim * cfg.n_heads * cfg.head_dim
-    k_and_v = 2 * cfg.dim * cfg.n_kv_heads * cfg.head_dim
-    qk_norm = 2 * cfg.head_dim if cfg.qk_norm else 0
-    return q_and_o + k_and_v + qk_norm
+    return _numel(block_shapes(cfg), lambda k: k.startswith("self_attn."))
 
 
 def feed_forward_params(cfg: Config) -> int:
     """One block's SwiGLU (gate, up, down: 3 x dim x ffn_dim), or router + experts with MoE."""
-    swiglu = 3 * cfg.dim * cfg.ffn_dim
-    if cfg.n_experts == 0:
-        return swiglu
-    return cfg.dim * cfg.n_experts + cfg.n_experts * swiglu
+    return _numel(block_shapes(cfg), lambda k: k.startswith("mlp."))
 
 
 def count_params(cfg: Config) -> ParamCount:
-    """Count every weight of `TinyLM(cfg)` from the config alone."""
-    swiglu = 3 * cfg.dim * cfg.ffn_dim
-    active_ff = swiglu if cfg.n_experts == 0 else cfg.dim * cfg.n_experts + cfg.experts_per_token * swiglu
+    """Count every weight of `TinyLM(cfg)` from the config alone: sums over `weight_shapes(cfg)`."""
+    shapes = weight_shapes(cfg)
+    feed_forward = _numel(shapes, lambda k: ".mlp." in k)
+    active_ff = feed_forward if cfg.n_experts == 0 else (   # a token uses the router and top-k experts
+        _numel(shapes, lambda k: ".mlp.gate." in k)
+        + cfg.experts_per_token * _numel(shapes, lambda k: ".mlp.experts.0." in k))
     return ParamCount(
-        embedding=cfg.vocab_size * cfg.dim,
-        attention=cfg.n_layers * attention_params(cfg),
-        feed_forward=cfg.n_layers * feed_forward_params(cfg),
-        norms=cfg.n_layers * 2 * cfg.dim + cfg.dim,
-        head=0 if cfg.tie_embeddings else cfg.vocab_size * cfg.dim,
-        active_feed_forward=cfg.n_layers * active_ff,
+        embedding=_numel(shapes, lambda k: k == "embed_tokens.weight"),
+        attention=_numel(shapes, lambda k: ".self_attn." in k),
+        feed_forward=feed_forward,
+        norms=_numel(shapes, lambda k: k == "norm.weight" or k.endswith("layernorm.weight")),
+        head=0 if cfg.tie_embeddings else _numel(shapes, lambda k: k == "lm_head.weight"),
+        active_feed_forward=active_ff,
     )
 
 
-def kv_cache_bytes(cfg: Config, seq_len: int, batch: int = 1, bytes_per: int = 2) -> int:
+def kv_cache_bytes(cfg: Config, seq_len: int, batch: int = 1, bytes_per: int = 4) -> int:
     """Bytes of a KV cache: 2 (K and V) x layers x batch x n_kv_heads x seq_len x head_dim x bytes_per.
 
-    bytes_per is 2 for bf16/fp16, 4 for fp32. Only the KV heads are stored, never their repeats.
+    bytes_per is 4 for fp32 (the default, as for `KVCache` and TinyLM's weights), 2 for bf16/fp16. Only the
+    KV heads are stored, never their repeats.
     """
     for name, value in (("seq_len", seq_len), ("batch", batch), ("bytes_per", bytes_per)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_int(name, value, low=1)
     return 2 * cfg.n_layers * batch * cfg.n_kv_heads * seq_len * cfg.head_dim * bytes_per

@@ -1,18 +1,31 @@
-"""NumPy references: each building block written out plainly, with the same names as `tinylm.model`.
+"""NumPy references: each building block of the model written out plainly, once, with `tinylm.model`'s names.
 
-The chapters show these first, then prove the torch modules compute the same numbers.
-Shapes: B batch, T time (positions), H heads, D head_dim, C model width.
+The chapters show these first, then prove the torch modules compute the same numbers; `tinylm.numpy_model`
+chains them into the whole model (keeping what the backward passes of `tinylm.backprop` need).
+The causal mask and RoPE's speeds come from `tinylm.positions`, shared with the torch model.
+Shapes: B batch, T time (positions), H heads, D head_dim, C model width. Weights use torch's (out, in) layout.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .positions import ROPE_SCALINGS, causal_mask, rope_inv_freq  # noqa: F401 (ref.rope_inv_freq in chapter 3)
+
+
+def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """y = x @ weight.T: x (..., in), weight (out, in) -> (..., out), as `nn.Linear(bias=False)`."""
+    return x @ weight.T
+
+
+def rms(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """sqrt(mean(x^2) + eps) over the last axis, kept as a size-1 axis: (..., C) -> (..., 1)."""
+    return np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-5) -> np.ndarray:
     """x / sqrt(mean(x^2) + eps) * weight over the last axis (Zhang & Sennrich, 2019). No mean, no bias."""
-    rms = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
-    return x / rms * weight
+    return x / rms(x, eps) * weight
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-5) -> np.ndarray:
@@ -22,13 +35,15 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float =
     return (x - mu) / np.sqrt(var + eps) * weight + bias
 
 
+# ---------------------------------------------------------------------------------------------
+# RoPE (Su et al., 2021): speeds from `positions.rope_inv_freq`, rotate-half layout as in tinylm.model
+# ---------------------------------------------------------------------------------------------
 def rope_tables(head_dim: int, max_len: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin of shape (max_len, head_dim) for the rotate-half layout.
 
     Pair i (dimensions i and i + head_dim/2) turns by pos * base**(-2i/head_dim) radians.
     """
-    inv_freq = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (D/2,)
-    angles = np.outer(np.arange(max_len, dtype=np.float64), inv_freq)            # (T, D/2)
+    angles = np.outer(np.arange(max_len, dtype=np.float64), rope_inv_freq(head_dim, base))  # (T, D/2)
     angles = np.concatenate([angles, angles], axis=-1)                             # (T, D)
     return np.cos(angles), np.sin(angles)
 
@@ -39,6 +54,11 @@ def rotate_half(x: np.ndarray) -> np.ndarray:
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotate x (..., T, D) by the angles whose cos, sin (T, D) are given: x * cos + rotate_half(x) * sin."""
+    return x * cos + rotate_half(x) * sin
+
+
 def rope(x: np.ndarray, positions: np.ndarray | None = None, base: float = 10000.0) -> np.ndarray:
     """Rotary embedding, rotate-half layout (Hugging Face/GGUF): x of shape (..., T, D).
 
@@ -47,8 +67,7 @@ def rope(x: np.ndarray, positions: np.ndarray | None = None, base: float = 10000
     T, D = x.shape[-2], x.shape[-1]
     positions = np.arange(T) if positions is None else np.asarray(positions)
     cos, sin = rope_tables(D, int(positions.max()) + 1, base)
-    cos, sin = cos[positions], sin[positions]                                      # (T, D)
-    return x * cos + rotate_half(x) * sin
+    return apply_rope(x, cos[positions], sin[positions])                           # cos, sin: (T, D)
 
 
 def rope_interleaved(x: np.ndarray, positions: np.ndarray | None = None, base: float = 10000.0) -> np.ndarray:
@@ -56,8 +75,7 @@ def rope_interleaved(x: np.ndarray, positions: np.ndarray | None = None, base: f
     pair i is dimensions (2i, 2i+1) instead of (i, i + D/2). Same speeds, different pairing."""
     T, D = x.shape[-2], x.shape[-1]
     positions = np.arange(T) if positions is None else np.asarray(positions)
-    inv_freq = base ** (-np.arange(0, D, 2, dtype=np.float64) / D)                 # (D/2,)
-    angles = positions[:, None] * inv_freq[None, :]                                # (T, D/2)
+    angles = positions[:, None] * rope_inv_freq(D, base)[None, :]                  # (T, D/2)
     cos, sin = np.cos(angles), np.sin(angles)
     even, odd = x[..., 0::2], x[..., 1::2]                                         # (..., T, D/2) each
     out = np.empty_like(x, dtype=np.result_type(x, np.float64))
@@ -74,96 +92,6 @@ def interleaved_to_half(D: int) -> np.ndarray:
     return np.concatenate([np.arange(0, D, 2), np.arange(1, D, 2)])
 
 
-def silu(x: np.ndarray) -> np.ndarray:
-    """SiLU (swish): x * sigmoid(x)."""
-    return x / (1.0 + np.exp(-x))
-
-
-def swiglu(x: np.ndarray, gate_w: np.ndarray, up_w: np.ndarray, down_w: np.ndarray) -> np.ndarray:
-    """SwiGLU feed-forward (Shazeer, 2020): down(silu(gate(x)) * up(x)).
-
-    Weights use torch's (out, in) layout: gate_w, up_w (F, C); down_w (C, F).
-    """
-    return (silu(x @ gate_w.T) * (x @ up_w.T)) @ down_w.T
-
-
-def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    x = x - x.max(axis=axis, keepdims=True)
-    e = np.exp(x)
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def repeat_kv(x: np.ndarray, n_rep: int) -> np.ndarray:
-    """(B, Hkv, T, D) -> (B, Hkv*n_rep, T, D): each KV head repeated for the query heads that share it."""
-    return np.repeat(x, n_rep, axis=1)
-
-
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = True) -> np.ndarray:
-    """Scaled dot-product attention with grouped KV heads.
-
-    q: (B, H, T, D); k, v: (B, Hkv, S, D) with H divisible by Hkv. Returns (B, H, T, D).
-    With causal=True, query t (the last T of the S positions) sees keys up to its own position.
-    """
-    H, Hkv = q.shape[1], k.shape[1]
-    if H % Hkv:
-        raise ValueError(f"query heads ({H}) must be divisible by KV heads ({Hkv})")
-    k, v = repeat_kv(k, H // Hkv), repeat_kv(v, H // Hkv)                         # (B, H, S, D)
-    T, S, D = q.shape[2], k.shape[2], q.shape[3]
-    scores = q @ k.swapaxes(-1, -2) / np.sqrt(D)                                   # (B, H, T, S)
-    if causal:
-        allowed = np.tril(np.ones((T, S), dtype=bool), k=S - T)
-        scores = np.where(allowed, scores, -np.inf)
-    return softmax(scores) @ v                                                     # (B, H, T, D)
-
-
-# ---------------------------------------------------------------------------------------------
-# Running past the trained length: rescaled RoPE speeds (chapter 3)
-#
-#   "pi"   position interpolation (Chen et al., 2023): every speed divided by `factor`.
-#   "ntk"  NTK-aware base (bloc97, 2023): base * factor**(D/(D-2)); the slowest pair slows by exactly
-#          `factor`, the fastest not at all.
-#   "yarn" YaRN (Peng et al., 2023): pairs that turn more than beta_fast times within original_max_len
-#          keep their speed, pairs that turn less than beta_slow times are divided by `factor`, a linear
-#          ramp over the pair index in between (as in the authors' code and Hugging Face's "yarn").
-# ---------------------------------------------------------------------------------------------
-ROPE_SCALINGS = (None, "pi", "ntk", "yarn")
-
-
-def rope_inv_freq(head_dim: int, base: float = 10000.0, scaling: str | None = None, factor: float = 1.0,
-                  original_max_len: int = 1024, beta_fast: float = 32.0, beta_slow: float = 1.0) -> np.ndarray:
-    """Rotation speed of each pair in radians per position, shape (head_dim/2,).
-
-    scaling=None gives base**(-2i/head_dim), the speeds `rope_tables` uses; "pi", "ntk" and "yarn" rescale
-    them so that `factor` times `original_max_len` positions reuse the angles seen in training.
-    """
-    if head_dim <= 0 or head_dim % 2:
-        raise ValueError(f"head_dim must be a positive even number (RoPE rotates pairs), got {head_dim}")
-    if not base > 1:
-        raise ValueError(f"base must be > 1, got {base}")
-    if scaling not in ROPE_SCALINGS:
-        raise ValueError(f"scaling must be one of {ROPE_SCALINGS}, got {scaling!r}")
-    if not factor >= 1:
-        raise ValueError(f"factor must be >= 1 (how many times longer than the trained length), got {factor}")
-    exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim              # (D/2,)
-    if scaling == "ntk":
-        base = base * factor ** (head_dim / (head_dim - 2))
-    inv_freq = base ** -exponents                                                  # (D/2,)
-    if scaling == "pi":
-        return inv_freq / factor
-    if scaling == "yarn":
-        if not 0 < beta_slow < beta_fast:
-            raise ValueError(f"need 0 < beta_slow < beta_fast, got beta_slow={beta_slow}, beta_fast={beta_fast}")
-
-        def pair_index(turns: float) -> float:  # the (fractional) pair that turns `turns` times in original_max_len
-            return head_dim * np.log(original_max_len / (turns * 2 * np.pi)) / (2 * np.log(base))
-
-        low = max(np.floor(pair_index(beta_fast)), 0)
-        high = min(np.ceil(pair_index(beta_slow)), head_dim - 1)
-        ramp = np.clip((np.arange(head_dim // 2) - low) / max(high - low, 1e-3), 0, 1)  # 0: keep, 1: interpolate
-        return inv_freq * (1 - ramp) + inv_freq / factor * ramp
-    return inv_freq
-
-
 def rope_with_inv_freq(x: np.ndarray, positions: np.ndarray | None = None,
                        inv_freq: np.ndarray | None = None) -> np.ndarray:
     """Rotate-half RoPE with given pair speeds (D/2,), e.g. from `rope_inv_freq`: x of shape (..., T, D).
@@ -177,4 +105,71 @@ def rope_with_inv_freq(x: np.ndarray, positions: np.ndarray | None = None,
         raise ValueError(f"inv_freq must have shape ({D // 2},), one speed per pair of the last axis; got {inv_freq.shape}")
     angles = positions[:, None].astype(np.float64) * inv_freq[None, :]              # (T, D/2)
     angles = np.concatenate([angles, angles], axis=-1)                             # (T, D)
-    return x * np.cos(angles) + rotate_half(x) * np.sin(angles)
+    return apply_rope(x, np.cos(angles), np.sin(angles))
+
+
+# ---------------------------------------------------------------------------------------------
+# SwiGLU (Shazeer, 2020)
+# ---------------------------------------------------------------------------------------------
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x))."""
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """SiLU (swish): x * sigmoid(x)."""
+    return x * sigmoid(x)
+
+
+def swiglu(x: np.ndarray, gate_w: np.ndarray, up_w: np.ndarray, down_w: np.ndarray) -> np.ndarray:
+    """SwiGLU feed-forward (Shazeer, 2020): down(silu(gate(x)) * up(x)).
+
+    Weights use torch's (out, in) layout: gate_w, up_w (F, C); down_w (C, F).
+    """
+    return linear(silu(linear(x, gate_w)) * linear(x, up_w), down_w)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention with grouped KV heads (GQA, Ainslie et al., 2023)
+# ---------------------------------------------------------------------------------------------
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """exp(x) / sum(exp(x)) along axis, after subtracting the max (so exp never overflows)."""
+    x = x - x.max(axis=axis, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def repeat_kv(x: np.ndarray, n_rep: int) -> np.ndarray:
+    """(B, Hkv, T, D) -> (B, Hkv*n_rep, T, D): each KV head repeated for the query heads that share it."""
+    return np.repeat(x, n_rep, axis=1)
+
+
+def kv_groups(q: np.ndarray, k: np.ndarray) -> int:
+    """n_rep = H // Hkv, the query heads that share each KV head of q (B, H, T, D) and k (B, Hkv, S, D)."""
+    H, Hkv = q.shape[1], k.shape[1]
+    if H % Hkv:
+        raise ValueError(f"query heads ({H}) must be divisible by KV heads ({Hkv}); check q and k's axis 1")
+    return H // Hkv
+
+
+def attention_weights(q: np.ndarray, k: np.ndarray, causal: bool = True) -> np.ndarray:
+    """softmax(q k^T / sqrt(D)), masked: q (B, H, T, D), k (B, H, S, D) one per query head -> (B, H, T, S).
+
+    With causal=True query t (the last T of the S positions) gets weight 0 on the keys after it.
+    """
+    T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    scores = q @ k.swapaxes(-1, -2) / np.sqrt(D)                                   # (B, H, T, S)
+    if causal:
+        scores = np.where(causal_mask(T, S), scores, -np.inf)
+    return softmax(scores)                                                         # rows sum to 1
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = True) -> np.ndarray:
+    """Scaled dot-product attention with grouped KV heads.
+
+    q: (B, H, T, D); k, v: (B, Hkv, S, D) with H divisible by Hkv. Returns (B, H, T, D).
+    With causal=True, query t (the last T of the S positions) sees keys up to its own position.
+    """
+    n_rep = kv_groups(q, k)
+    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)                                # (B, H, S, D)
+    return attention_weights(q, k, causal) @ v                                     # (B, H, T, D)

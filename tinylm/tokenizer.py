@@ -22,6 +22,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from ._checks import check_header, check_int, is_int
+
 # GPT-2's split, written for Python's `re` (no \p{L}): an optional space followed by letters, or digits,
 # or other symbols; English contractions; runs of whitespace. [^\W\d_] is "a letter": word characters
 # minus digits and underscore. Every character falls into exactly one branch, so the pieces always
@@ -68,8 +70,7 @@ class BPETokenizer:
         """
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
-            raise ValueError(f"vocab_size must be an int, got {vocab_size!r}")
+        check_int("vocab_size", vocab_size)
         specials = tuple(specials)
         _check_specials(specials)
         n_merges = vocab_size - 256 - len(specials)
@@ -184,9 +185,9 @@ class BPETokenizer:
 
     def token_bytes(self, id: int) -> bytes:
         """The bytes of one token (a special gives its string as UTF-8), e.g. for display."""
-        if isinstance(id, bool) or not isinstance(id, int):
+        if not is_int(id):
             try:
-                id = int(id)  # numpy / torch integers
+                id = int(id)  # torch integers
             except (TypeError, ValueError):
                 raise ValueError(f"token ids must be ints, got {id!r}") from None
         if 0 <= id < len(self._bytes):
@@ -223,16 +224,7 @@ class BPETokenizer:
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "tokenizer") -> "BPETokenizer":
-        if not isinstance(d, dict):
-            raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
-        if d.get("format") != FORMAT:
-            raise ValueError(f"{source}: field 'format' must be {FORMAT!r}, got {d.get('format')!r}; "
-                             "is this a tinylm tokenizer file?")
-        if d.get("version") != VERSION:
-            raise ValueError(f"{source}: unsupported version {d.get('version')!r}; this tinylm reads version {VERSION}")
-        for field in ("pattern", "specials", "merges"):
-            if field not in d:
-                raise ValueError(f"{source}: missing field {field!r}")
+        check_header(d, FORMAT, VERSION, source, "tokenizer file", required=("pattern", "specials", "merges"))
         if not isinstance(d["pattern"], str):
             raise ValueError(f"{source}: field 'pattern' must be a string")
         try:
@@ -267,7 +259,7 @@ def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
 def _check_merges(merges) -> None:
     for i, m in enumerate(merges):
         if (not isinstance(m, tuple) or len(m) != 2
-                or not all(isinstance(x, int) and not isinstance(x, bool) for x in m)):
+                or not all(is_int(x) for x in m)):
             raise ValueError(f"merge {i} must be a pair of ints, got {m!r}")
         if not all(0 <= x < 256 + i for x in m):
             raise ValueError(f"merge {i} = {m} may only join ids below {256 + i} (bytes and earlier merges)")

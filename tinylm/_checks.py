@@ -1,0 +1,107 @@
+"""The package's validation vocabulary: small checks whose ValueErrors name the value and the rule.
+
+    check_int("batch_size", 0, low=1)          batch_size must be a positive int, got 0
+    check_number("top_p", 2.0, 0, 1, low_open=True)   top_p must be a number in (0, 1], got 2.0
+    check_bool("qk_norm", 1)                   qk_norm must be True or False, got 1
+    check_one_of("experts_per_token", 3, (1, 2))      experts_per_token must be 1 or 2, got 3
+    check_header(d, "tinylm-bpe", 1, path, "tokenizer file")   the format and version of a JSON file
+
+Ints may be any `numbers.Integral` (numpy ints too) but never a bool; numbers must be finite (no inf, no
+NaN). Each check returns the value as a plain Python int / float, ready to store or serialise.
+`hint` adds a few words after the rule, e.g. " (0 means dense SwiGLU)". Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+IGNORE_INDEX = -100  # label of a position the loss skips (torch's cross_entropy default ignore_index)
+
+
+def is_int(value: Any) -> bool:
+    """True for an int, a numpy int or any other numbers.Integral, False for a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _span(low, high, low_open: bool = False, high_open: bool = False) -> str:
+    """The words of an interval: '> 1', '>= 0', 'in (0, 1]'."""
+    if high is None:
+        return f"{'>' if low_open else '>='} {low}"
+    if low is None:
+        return f"{'<' if high_open else '<='} {high}"
+    return f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+
+
+def check_int(name: str, value: Any, low: int | None = None, high: int | None = None, *,
+              span: str | None = None, hint: str = "") -> int:
+    """value as an int in [low, high] (None: no bound); `span` rewords the interval in the message.
+
+    low=1 alone reads "a positive int", low=0 alone "an int >= 0".
+    """
+    if is_int(value) and (low is None or value >= low) and (high is None or value <= high):
+        return int(value)
+    if span is None and (low, high) == (1, None):
+        rule = "a positive int"
+    elif span is None and low is None and high is None:
+        rule = "an int"
+    else:
+        rule = f"an int {span or _span(low, high)}"
+    raise ValueError(f"{name} must be {rule}{hint}, got {value!r}")
+
+
+def check_number(name: str, value: Any, low: float | None = None, high: float | None = None, *,
+                 low_open: bool = False, high_open: bool = False, span: str | None = None,
+                 hint: str = "") -> float:
+    """value as a finite number from low to high (open ends: low_open, high_open); None: no bound.
+
+    Ints count as numbers; bools, inf and NaN do not. `span` rewords the interval in the message.
+    """
+    if (_is_number(value) and (low is None or (value > low if low_open else value >= low))
+            and (high is None or (value < high if high_open else value <= high))):
+        return value if isinstance(value, (int, float)) else float(value)
+    if span is None:
+        span = "" if low is None and high is None else _span(low, high, low_open, high_open)
+    raise ValueError(f"{name} must be {f'a number {span}'.rstrip()}{hint}, got {value!r}")
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """value must be exactly True or False (not 0, 1 or "yes")."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_one_of(name: str, value: Any, choices: Sequence, hint: str = "") -> Any:
+    """value must be one of choices (a bool never passes for an int choice)."""
+    if isinstance(value, bool) != any(isinstance(c, bool) for c in choices) or value not in choices:
+        words = " or ".join(map(repr, choices)) if len(choices) <= 2 else f"one of {tuple(choices)}"
+        raise ValueError(f"{name} must be {words}{hint}, got {value!r}")
+    return value
+
+
+def check_header(d: Any, fmt: str, version: int, source: str, kind: str,
+                 required: Iterable[str] = ()) -> dict:
+    """The parsed JSON object of a tinylm file, checked: a dict whose 'format' and 'version' are ours.
+
+    `source` (the path) starts every message, `kind` names the file for a human ("tokenizer file");
+    `required` lists fields that must be present.
+    """
+    if not isinstance(d, dict):
+        raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
+    if d.get("format") != fmt:
+        raise ValueError(f"{source}: field 'format' must be {fmt!r}, got {d.get('format')!r}; "
+                         f"is this a tinylm {kind}?")
+    if d.get("version") != version:
+        raise ValueError(f"{source}: unsupported version {d.get('version')!r}; "
+                         f"this tinylm reads version {version}")
+    for field in required:
+        if field not in d:
+            raise ValueError(f"{source}: missing field {field!r}")
+    return d

@@ -1,0 +1,235 @@
+"""The training loop and its pieces: batches, the learning-rate schedule, the optimizer, evaluation.
+
+One step:  x, y = get_batch(...)            random windows of the token stream, y = x shifted by one
+           loss = cross_entropy(model(x), y)  (positions labelled -100 are skipped: the chat loss mask)
+           loss.backward(); clip the gradient norm; AdamW step with lr = lr_at(step)
+
+A notebook calls the same pieces: `train(model, train_ids, val_ids, TrainConfig(steps=50))` returns the
+loss history. Under torchrun (see `tinylm.distributed`) `train` wraps the model in DistributedDataParallel,
+gives each process its rows of the same global batch, and only rank 0 logs and writes checkpoints;
+`evaluate` splits its batches between the processes and adds up the results.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .. import distributed
+from .._checks import IGNORE_INDEX, check_int, check_number
+from ..config import Config
+from ..model import TinyLM
+from .checkpoint import Checkpoint, save_checkpoint
+from .settings import History, TrainConfig, check_lr
+
+
+def lr_at(step: int, peak: float, min_lr: float, warmup: int, total: int) -> float:
+    """Learning rate of step (0-based): linear warmup, then cosine decay (Loshchilov & Hutter, 2017).
+
+        step < warmup    peak * (step + 1) / warmup             peak / warmup at step 0, peak at step warmup - 1
+        step >= warmup   min_lr + (peak - min_lr) * (1 + cos(pi * t)) / 2,   t = (step - warmup) / (total - 1 - warmup)
+                         t runs from 0 (peak, at step warmup) to 1 (min_lr, at the last step total - 1);
+                         steps past the end stay at min_lr
+    """
+    check_lr(peak, min_lr)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, total - 1 - warmup))
+    return min_lr + (peak - min_lr) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+def get_batch(tokens: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
+              labels: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """batch_size random windows of a 1-D token stream: x (B, T) and the next tokens y (B, T).
+
+    y[b, t] = tokens[s + t + 1] for a window starting at s, or labels[s + t + 1] when labels (the same
+    length as tokens, -100 where not supervised) are given. Draws the starts from generator.
+    """
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1:
+        raise ValueError("tokens must be a 1-D tensor of token ids (the whole stream)")
+    if len(tokens) < seq_len + 1:
+        raise ValueError(f"tokens has {len(tokens)} ids, fewer than seq_len + 1 = {seq_len + 1}; use a shorter seq_len")
+    if labels is not None and labels.shape != tokens.shape:
+        raise ValueError(f"labels must have the shape of tokens {tuple(tokens.shape)}, got {tuple(labels.shape)}")
+    targets = tokens if labels is None else labels
+    starts = torch.randint(len(tokens) - seq_len, (batch_size,), generator=generator)  # (B,)
+    offsets = torch.arange(seq_len)                                                     # (T,)
+    pos = starts[:, None] + offsets[None, :]                                            # (B, T)
+    return tokens[pos], targets[pos + 1]
+
+
+@torch.no_grad()
+def evaluate(model: TinyLM, tokens: torch.Tensor, batch_size: int, seq_len: int, max_batches: int | None = None,
+             labels: torch.Tensor | None = None, with_accuracy: bool = False) -> tuple[float, ...]:
+    """Mean cross-entropy and perplexity exp(loss) on tokens -> (loss, perplexity).
+
+    Deterministic: the stream is cut into consecutive windows of seq_len (from the start), at most
+    max_batches * batch_size of them, so every evaluation scores the same positions. With labels, only
+    positions whose label is not -100 count. with_accuracy=True also returns the fraction of positions
+    where the most likely token is the right one: (loss, perplexity, accuracy). Under torchrun every rank
+    must call it: each scores every world_size-th batch and the sums are added over the ranks.
+    """
+    if len(tokens) < seq_len + 1:
+        raise ValueError(f"tokens has {len(tokens)} ids, fewer than seq_len + 1 = {seq_len + 1}; "
+                         "use more validation data or a shorter seq_len")
+    targets = tokens if labels is None else labels
+    n = (len(tokens) - 1) // seq_len
+    if max_batches is not None:
+        n = min(n, max_batches * batch_size)
+    x_all = tokens[: n * seq_len].view(n, seq_len)             # (N, T)
+    y_all = targets[1 : n * seq_len + 1].view(n, seq_len)     # (N, T)
+    device = next(model.parameters()).device
+    rank, world = distributed.rank_and_world()
+    was_training = model.training
+    model.eval()
+    loss_sum, count, correct = 0.0, 0, 0
+    try:
+        for i in range(rank * batch_size, n, world * batch_size):   # one process: every batch
+            x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
+            logits, _ = model(x)                                   # (B, T, V)
+            loss_sum += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE_INDEX,
+                                        reduction="sum").item()
+            mask = y != IGNORE_INDEX
+            count += int(mask.sum())
+            correct += int(((logits.argmax(-1) == y) & mask).sum())
+    finally:
+        model.train(was_training)
+    if world > 1:
+        loss_sum, count, correct = distributed.all_reduce_sum([loss_sum, count, correct], device)
+        count, correct = round(count), round(correct)
+    if count == 0:
+        raise ValueError("no position to score: every label in the evaluated windows is -100; "
+                         "evaluate more batches (max_batches) or longer windows (seq_len)")
+    loss = loss_sum / count
+    ppl = math.exp(min(loss, 700.0))
+    return (loss, ppl, correct / count) if with_accuracy else (loss, ppl)
+
+
+def build_model(cfg: Config, seed: int = 0, device: torch.device | str = "cpu") -> TinyLM:
+    """A freshly initialised TinyLM; the same seed gives the same weights."""
+    torch.manual_seed(seed)
+    return TinyLM(cfg).to(device)
+
+
+def make_optimizer(model: TinyLM, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.95),
+                   eps: float = 1e-8) -> torch.optim.AdamW:
+    """AdamW (Loshchilov & Hutter, 2019) with weight decay on matrices (embedding, projections) only.
+
+    Norm gains (1-D) are not decayed: pulling them towards 0 would shrink every activation.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]   # the tied embedding/head appears once
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
+
+
+def split_train_val(tokens: torch.Tensor, val_fraction: float = 0.05) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first (1 - val_fraction) of a stream for training, the last val_fraction for validation."""
+    check_number("val_fraction", val_fraction, 0, 1, low_open=True, high_open=True)
+    cut = int(len(tokens) * (1 - val_fraction))
+    return tokens[:cut], tokens[cut:]
+
+
+def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | None = None,
+          config: TrainConfig | None = None, *, train_labels: torch.Tensor | None = None,
+          val_labels: torch.Tensor | None = None, resume: Checkpoint | None = None,
+          out: str | Path | None = None, extra: dict | None = None, until: int | None = None,
+          progress: bool = True, log: Callable[[str], None] | None = None, bf16: bool = False) -> History:
+    """Train model in place for config.steps steps and return the History.
+
+    train_tokens / val_tokens: 1-D token streams. train_labels / val_labels: optional label streams of
+    the same length (-100 = not supervised; the chat loss mask). resume: a Checkpoint from
+    `load_checkpoint` (model weights already loaded into model) to continue exactly where it stopped.
+    out: a folder to write a checkpoint to at every evaluation and at the end. until: stop after this
+    many steps (the schedule still spans config.steps; checkpoints there too), e.g. to continue later.
+    log: called with one line per evaluation (the CLI passes a printer; the library prints nothing).
+    progress: show a tqdm bar with the loss and tokens per second. bf16: run the forward pass under bfloat16
+    autocast (cuda or cpu; the weights, gradients and optimizer stay fp32).
+
+    Under torchrun (a process group is initialised, world size W > 1) every rank calls train with the same
+    arguments: the model (pass the plain TinyLM) is wrapped in DistributedDataParallel, every rank draws the
+    same global batch of config.batch_size sequences and trains on its batch_size / W rows, and only rank 0
+    shows progress, logs and writes checkpoints. The losses in History are those of the global batch.
+    """
+    cfg = config or TrainConfig()
+    if cfg.seq_len > model.cfg.max_seq_len:
+        raise ValueError(f"seq_len ({cfg.seq_len}) exceeds the model's max_seq_len ({model.cfg.max_seq_len})")
+    device = next(model.parameters()).device
+    if bf16 and device.type not in ("cpu", "cuda"):
+        raise ValueError(f"bf16 autocast runs on cpu or cuda, not {device.type}; drop bf16 (--bf16) or change device")
+    rank, world = distributed.rank_and_world()
+    distributed.check_batch_size(cfg.batch_size, world)
+    if world > 1:   # DDP averages the gradients over the ranks; an expert may get no tokens on a rank
+        net = distributed.wrap(model, find_unused_parameters=model.cfg.n_experts > 0)
+    else:
+        net = model
+    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
+    sampler = torch.Generator().manual_seed(cfg.seed)   # CPU generator: batches are cut on the CPU
+    start, history = 0, History()
+    if resume is not None:
+        optimizer.load_state_dict(resume.optimizer_state)
+        sampler.set_state(resume.sampler_state)
+        torch.set_rng_state(resume.torch_rng_state)
+        start, history = resume.step, resume.history
+    stop = check_int("until", cfg.steps if until is None else until, start, cfg.steps,
+                     span=f"in [{start}, steps={cfg.steps}]")
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+
+    def run_eval(step: int) -> None:
+        if val_tokens is not None:
+            loss, ppl = evaluate(model, val_tokens, cfg.batch_size, cfg.seq_len, cfg.eval_batches, val_labels)
+            history.val_step.append(step)
+            history.val_loss.append(loss)
+            history.val_ppl.append(ppl)
+            if log and rank == 0:
+                train_loss = f"train loss {history.loss[-1]:.3f} | " if history.loss else ""
+                log(f"step {step:>6} | {train_loss}val loss {loss:.3f} | val ppl {ppl:.1f}")
+
+    if start == 0 and not history.val_step:
+        run_eval(0)                                     # the starting point: about ln(vocab_size)
+    model.train()
+    bar = tqdm(range(start, stop), initial=start, total=cfg.steps, disable=not progress or rank != 0,
+               desc="training", dynamic_ncols=True)
+    t0, steps_timed = time.perf_counter(), 0
+    for step in bar:
+        lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(train_tokens, cfg.batch_size, cfg.seq_len, sampler, train_labels)  # (B, T) each
+        if world > 1:                                      # every rank drew the same batch: keep this rank's rows
+            x, y = distributed.shard(x, rank, world), distributed.shard(y, rank, world)  # (B / W, T) each
+        x, y = x.to(device), y.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
+            _, loss = net(x, y)
+        if world > 1 and train_labels is not None:         # the mask leaves ranks unequal counts: reweight
+            loss = distributed.rebalance_loss(loss, y, world)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()                                    # under DDP the gradients arrive averaged over ranks
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
+        optimizer.step()
+
+        loss_value = loss.item()
+        if world > 1:                                      # the global batch's loss: average over ranks
+            loss_value = distributed.all_reduce_sum([loss_value], device)[0] / world
+        history.step.append(step + 1)
+        history.loss.append(loss_value)
+        history.lr.append(lr)
+        history.grad_norm.append(norm.item())
+        steps_timed += 1
+        tok_s = tokens_per_step * steps_timed / (time.perf_counter() - t0)
+        bar.set_postfix(loss=f"{history.loss[-1]:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
+        if (step + 1) % cfg.eval_every == 0 or step + 1 in (cfg.steps, stop):
+            history.tokens_per_s.append(tok_s)
+            run_eval(step + 1)
+            if out is not None and rank == 0:              # the plain model: no DDP "module." prefix
+                save_checkpoint(out, model, optimizer, step + 1, cfg, sampler, history, extra)
+            t0, steps_timed = time.perf_counter(), 0    # don't count evaluation and saving as training time
+    bar.close()
+    return history

@@ -1,0 +1,58 @@
+"""The settings of one training run (`TrainConfig`), what happened in it (`History`), and the shipped data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .._checks import check_int, check_number
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+DEFAULT_TEXT = DATA_DIR / "dialogues.txt"   # the pretraining corpus (tools/make_corpus.py)
+DEFAULT_CHAT = DATA_DIR / "chat.jsonl"      # conversations for chat fine-tuning
+
+
+@dataclass
+class TrainConfig:
+    """Settings of one training run (saved in every checkpoint)."""
+
+    steps: int = 1000          # optimizer steps of the whole run; the cosine reaches min_lr at the last one
+    batch_size: int = 16       # sequences per step
+    seq_len: int = 128         # tokens per sequence (at most the model's max_seq_len)
+    lr: float = 3e-4           # peak learning rate, reached at the end of warmup
+    min_lr: float = 3e-5       # learning rate at the last step
+    warmup: int = 100          # steps of linear warmup from lr / warmup up to lr
+    weight_decay: float = 0.1  # AdamW decay on weight matrices (not on norm gains)
+    grad_clip: float = 1.0     # clip the global gradient norm to this (0: no clipping)
+    eval_every: int = 100      # evaluate (and checkpoint) every this many steps, and after the last
+    eval_batches: int = 10     # validation batches per evaluation
+    seed: int = 0              # seeds the model init and the batch sampler
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_batches"):
+            setattr(self, name, check_int(name, getattr(self, name), low=1))   # numpy ints -> int
+        for name in ("warmup", "seed"):
+            setattr(self, name, check_int(name, getattr(self, name), low=0))
+        check_lr(self.lr, self.min_lr)
+        for name in ("weight_decay", "grad_clip"):
+            check_number(name, getattr(self, name), 0)
+
+
+@dataclass
+class History:
+    """What happened during training, one entry per step (and per evaluation for the val_ lists)."""
+
+    step: list[int] = field(default_factory=list)         # steps done after this entry (1, 2, ...)
+    loss: list[float] = field(default_factory=list)       # training loss of that step's batch
+    lr: list[float] = field(default_factory=list)
+    grad_norm: list[float] = field(default_factory=list)  # global gradient norm before clipping
+    val_step: list[int] = field(default_factory=list)     # steps done when evaluated (0 = before training)
+    val_loss: list[float] = field(default_factory=list)
+    val_ppl: list[float] = field(default_factory=list)
+    tokens_per_s: list[float] = field(default_factory=list)  # training throughput between evaluations
+
+
+def check_lr(peak: float, min_lr: float) -> None:
+    """The peak learning rate must be > 0, the final one in [0, peak]."""
+    check_number("lr (the peak learning rate)", peak, 0, low_open=True)
+    check_number("min_lr", min_lr, 0, peak, span=f"in [0, lr={peak}]")
