@@ -1,4 +1,5 @@
-# tinylm course. Quick start: `make book` (build the HTML) and `make test` (unit tests + every chapter).
+# tinylm course. Quick start: `make book` (build the HTML) and `make test` (all tests + every chapter);
+# `make unit` is the fast loop.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -20,12 +21,14 @@ book: setup
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "The book is built: open _build/html/index.html"
 
-# Unit tests, then every chapter re-executed and compared with its committed outputs (nbval).
+# Everything: unit tests, end-to-end tests (marked e2e), then every chapter re-executed and compared with
+# its committed outputs (nbval).
 test: setup
 	$(BIN)/python -m pytest --nbval --durations=15 tests chapters
 
+# The fast loop (under a minute): the unit tests, without the e2e ones and without the chapters.
 unit: setup
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -m "not e2e" tests
 
 nbval: setup
 	$(BIN)/python -m pytest --nbval chapters

@@ -1,4 +1,4 @@
-# Shared fixtures. Run the unit tests with: .venv/bin/python -m pytest tests
+# Shared fixtures. Run the fast tests with `make unit` (pytest -m "not e2e" tests), everything with `make test`.
 import pytest
 import torch
 

@@ -1,4 +1,5 @@
 # The HTML book in a real browser (headless chromium, offline). Run: .venv/bin/python -m pytest tests/test_browser.py
+# Marked e2e (it builds the whole book): `make unit` skips it, `make test` runs it.
 """Build the book once (conftest `book_html`), then open every page in chromium with the network cut off:
 each page must load with no console error and no uncaught exception, ask nothing of the network, render
 its math and figures, and every quiz and static explorer must answer clicks and slider moves.
@@ -24,6 +25,7 @@ CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]
 LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
+pytestmark = pytest.mark.e2e
 
 
 def toc_files() -> list[str]:

@@ -1,4 +1,5 @@
-# Run: .venv/bin/python -m pytest tests/test_distributed.py
+# Run: .venv/bin/python -m pytest tests/test_distributed.py   (the torchrun launches are marked e2e:
+# `make unit` skips them, `make test` runs them; -m "not e2e" runs the rest of this file)
 """torchrun + DistributedDataParallel on CPU (gloo): 2 processes match 1, resume across world sizes, bad launches."""
 
 import os
@@ -104,6 +105,7 @@ def _assert_same_run(a, b, tol: float = TOL) -> None:
 # ---------------------------------------------------------------------------------------------
 # two processes train like one
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_two_processes_reach_the_loss_and_weights_of_one(one_part, two_part):
     out, r = two_part
     a, b = load_checkpoint(one_part), load_checkpoint(out)
@@ -118,6 +120,7 @@ def test_two_processes_reach_the_loss_and_weights_of_one(one_part, two_part):
     assert "2 processes (gloo), 2 of the 4 sequences" in r.stderr
 
 
+@pytest.mark.e2e
 def test_two_processes_match_one_with_the_chat_loss_mask(files, one):
     # the -100 mask gives each rank a different number of supervised positions: the loss is re-weighted
     flags = ["--chat", "--init", str(one), "--data", str(files["chat"]), "--steps", "3", "--eval-every", "3",
@@ -132,12 +135,14 @@ def test_two_processes_match_one_with_the_chat_loss_mask(files, one):
 # ---------------------------------------------------------------------------------------------
 # stop, then resume under another world size
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_stopped_on_two_processes_resumed_on_one(files, one, two_part):
     out = files["dir"] / "two_then_one"
     _main(["--resume", str(two_part[0]), "--out", str(out), "--threads", "1", "--no-progress", "--sample-tokens", "0"])
     _assert_same_run(load_checkpoint(one), load_checkpoint(out))
 
 
+@pytest.mark.e2e
 def test_stopped_on_one_process_resumed_on_two(files, one, one_part):
     out = files["dir"] / "one_then_two"
     r = _torchrun(["--resume", str(one_part), "--out", str(out), "--threads", "1", "--no-progress",
@@ -150,6 +155,7 @@ def test_stopped_on_one_process_resumed_on_two(files, one, one_part):
 # ---------------------------------------------------------------------------------------------
 # bad launches
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_batch_not_divisible_by_the_world_size_is_a_clear_error(files):
     r = _torchrun([*_flags(files), "--batch-size", "3", "--out", str(files["dir"] / "bad")])
     assert r.returncode != 0

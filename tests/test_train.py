@@ -337,6 +337,38 @@ def test_cli_help_lists_every_flag():
         assert flag in r.stdout
 
 
+def test_every_config_field_is_a_flag_with_its_comment_as_help():
+    from dataclasses import fields
+
+    from tinylm.train.cli import build_parser, field_comments
+
+    parser = build_parser()
+    text = parser.format_help()
+    for cls in (Config, TrainConfig):
+        comments = field_comments(cls)
+        for f in fields(cls):
+            assert f"--{f.name.replace('_', '-')}" in text, f.name
+            assert comments[f.name].split()[0] in text, f.name              # the field's comment is its help
+    groups = {g.title.split()[0]: {a.dest for a in g._group_actions} for g in parser._action_groups}
+    assert {f.name for f in fields(Config)} < groups["model"]
+    assert {f.name for f in fields(TrainConfig)} == groups["training"]
+    assert {"data", "chat"} < groups["data"] and {"out", "resume", "device"} < groups["run"]
+
+
+def test_model_flags_reach_the_config():
+    from tinylm.train.cli import _model_config, build_parser
+
+    args = build_parser().parse_args(["--preset", "small-variant", "--rope-base", "500000", "--no-tie-embeddings",
+                                      "--qk-norm", "--n-experts", "4", "--experts-per-token", "1",
+                                      "--mlp-aux-weight", "0.05", "--norm-eps", "1e-6"])
+    cfg = _model_config(args, ckpt=None)
+    assert cfg == Config.from_preset("small-variant", rope_base=500000.0, tie_embeddings=False, qk_norm=True,
+                                     n_experts=4, experts_per_token=1, mlp_aux_weight=0.05, norm_eps=1e-6)
+    assert _model_config(build_parser().parse_args([]), ckpt=None) == Config.from_preset("mini-companion")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--qk-norm", "yes"])                  # a switch takes no value
+
+
 def _tiny_flags(tmp_path: Path) -> list[str]:
     data = tmp_path / "data.txt"
     data.write_text((DATA / "dialogues.txt").read_text(encoding="utf-8")[:15_000], encoding="utf-8")

@@ -1,4 +1,5 @@
 # Live explorers and quizzes on ipywidgets 7.7 (Colab) and 8.x (local Jupyter). Run: .venv/bin/python -m pytest tests/test_widgets_compat.py
+# Marked e2e (Jupyter kernels, a pip install of ipywidgets 7.7): `make unit` skips it, `make test` runs it.
 """The same checks run twice in a real Jupyter kernel: once with the ipywidgets of requirements.txt (8.x),
 once with ipywidgets 7.7 put in front of it on PYTHONPATH (the version Colab ships). ipywidgets 7.7 is installed once, with pip, into a cache folder (~/.cache/tinylm,
 or $TINYLM_CACHE) and reused; it is pure Python, so this needs PyPI only the first time.
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.e2e
 IPYWIDGETS7 = ["ipywidgets==7.7.1", "widgetsnbextension==3.6.1", "jupyterlab_widgets==1.1.1", "ipython_genutils==0.2.0"]
 
 
