@@ -4,6 +4,10 @@ import torch
 
 from tinylm import Config
 
+# The test models are tiny: one thread is faster (several threads spin and wait on every small op, worst on a
+# busy machine), and results do not depend on the core count.
+torch.set_num_threads(1)
+
 # Small configs that cover every attention variant the course teaches.
 SMALL_CONFIGS = {
     "multi-head": Config(vocab_size=101, dim=64, n_layers=2, n_heads=4, n_kv_heads=4, ffn_dim=96, max_seq_len=32),
