@@ -138,6 +138,7 @@ def test_loss_ignores_minus_100():
     (lambda: torch.zeros(8, dtype=torch.long), "batch"),                       # wrong rank
     (lambda: torch.zeros(1, 2, 8, dtype=torch.long), "(batch, time)"),
     (lambda: torch.zeros(1, 8), "dtype"),                                      # float ids
+    (lambda: torch.zeros(1, 8, dtype=torch.int32), "torch.long"),             # one rule with generate()
     (lambda: torch.zeros(1, 17, dtype=torch.long), "max_seq_len"),             # too long
     (lambda: torch.full((1, 4), 50), "vocab_size"),                            # id out of range
     (lambda: torch.full((1, 4), -1), "vocab_size"),
@@ -148,6 +149,18 @@ def test_bad_input_raises_a_clear_error(make_idx, words):
     with pytest.raises(ValueError) as err:
         TinyLM(cfg)(make_idx())
     assert words in str(err.value)
+
+
+def test_model_and_generate_share_the_idx_rules():
+    from tinylm.generate import generate
+
+    model = TinyLM(Config(vocab_size=50, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16))
+    for idx in (torch.zeros(1, 4, dtype=torch.int32), torch.full((1, 4), 50), torch.zeros(4, dtype=torch.long)):
+        with pytest.raises(ValueError) as by_model:
+            model(idx)
+        with pytest.raises(ValueError) as by_generate:
+            generate(model, idx, 2)
+        assert str(by_model.value) == str(by_generate.value)
 
 
 def test_targets_must_match_idx():

@@ -182,7 +182,24 @@ class Block(nn.Module):
         return x
 
 
+def check_idx(idx: torch.Tensor, vocab_size: int) -> None:
+    """The rules for token ids, shared by `TinyLM.forward` and `generate`: a (B, T) torch.long tensor of
+    ids in [0, vocab_size). ValueError otherwise, saying what to change."""
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
+        shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
+        raise ValueError(f"idx must be a (batch, time) tensor of token ids, got shape {shape}; "
+                         "add a batch dimension with idx[None] for a single sequence")
+    if idx.dtype != torch.long:
+        raise ValueError(f"idx must hold integer token ids as torch.long, got dtype {idx.dtype}; "
+                         "convert with idx.long()")
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, vocab_size={vocab_size}), got range "
+                         f"[{int(idx.min())}, {int(idx.max())}]")
+
+
 class TinyLM(nn.Module):
+    """Token ids (B, T) -> logits (B, T, V): embedding, n_layers pre-norm blocks, final norm, output head."""
+
     def __init__(self, cfg: Config):
         super().__init__()
         if not isinstance(cfg, Config):
@@ -253,18 +270,3 @@ class TinyLM(nn.Module):
         """An empty preallocated KV cache on this model's device and dtype."""
         return KVCache(self.cfg, batch_size, max_len or self.cfg.max_seq_len,
                        dtype=dtype or self.embed_tokens.weight.dtype, device=self.embed_tokens.weight.device)
-
-
-def check_idx(idx: torch.Tensor, vocab_size: int) -> None:
-    """The rules for token ids, shared by `TinyLM.forward` and `generate`: a (B, T) torch.long tensor of
-    ids in [0, vocab_size). ValueError otherwise, saying what to change."""
-    if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
-        shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
-        raise ValueError(f"idx must be a (batch, time) tensor of token ids, got shape {shape}; "
-                         "add a batch dimension with idx[None] for a single sequence")
-    if idx.dtype != torch.long:
-        raise ValueError(f"idx must hold integer token ids as torch.long, got dtype {idx.dtype}; "
-                         "convert with idx.long()")
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, vocab_size={vocab_size}), got range "
-                         f"[{int(idx.min())}, {int(idx.max())}]")

@@ -36,7 +36,10 @@ def embedding_forward(idx: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, 
 
 
 def rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float = 1e-5) -> tuple[np.ndarray, tuple]:
-    """x (..., C), weight (C,) -> y (..., C) = xhat * weight, xhat = x / rms(x). Cache: xhat, r = 1/rms, weight."""
+    """x (..., C), weight (C,) -> y (..., C) = xhat * weight with xhat = x / rms(x).
+
+    Cache: xhat, r = 1 / rms(x), weight.
+    """
     rms = ref.rms(x, eps)                                                          # (..., 1)
     xhat = x / rms                                                                 # (..., C)
     return xhat * weight, (xhat, 1.0 / rms, weight)

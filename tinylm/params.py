@@ -1,7 +1,8 @@
 """Counting before building: every weight's shape, the parameter count and the KV-cache size of a `Config`.
 
-`weight_shapes(cfg)` is the one description of the weights (the names and shapes of `TinyLM(cfg).state_dict()`,
-tested equal); the counts below are sums over it, and `tinylm.numpy_model` checks its inputs against it.
+`weight_shapes(cfg)` is the one description of the weights: the names and shapes of
+`TinyLM(cfg).state_dict()` (tested equal). The counts below are sums over it, and `tinylm.numpy_model`
+checks its inputs against it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .positions import ROPE_SCALINGS, causal_mask, rope_inv_freq  # noqa: F401 (ref.rope_inv_freq in chapter 3)
+# shared with the torch model; chapter 3 calls ref.rope_inv_freq
+from .positions import ROPE_SCALINGS, causal_mask, rope_inv_freq  # noqa: F401
 
 
 def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:

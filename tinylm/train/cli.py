@@ -1,9 +1,9 @@
-"""The command line `python -m tinylm.train`: pretrain, fine-tune on chat turns, resume, under torchrun or not.
+"""The command line `python -m tinylm.train`: pretrain, fine-tune on chat turns, resume, with torchrun too.
 
     python -m tinylm.train --steps 600 --out runs/mini                  # pretrain the mini companion
     python -m tinylm.train --chat --init runs/mini --out runs/chat      # fine-tune it on chat turns
     python -m tinylm.train --resume runs/mini --out runs/mini           # continue exactly where it stopped
-    torchrun --nproc_per_node=2 -m tinylm.train --out runs/mini         # the same run on 2 processes (or GPUs)
+    torchrun --nproc_per_node=2 -m tinylm.train --out runs/mini         # the same on 2 processes (or GPUs)
 
 Every field of `Config` (the model) and of `TrainConfig` (the run) is a flag, generated from the dataclass:
 its type, and its help from the comment beside the field. The library prints nothing; `main` does.
@@ -57,7 +57,8 @@ def field_comments(cls: type) -> dict[str, str]:
     return {f.name: found[f.name] for f in fields(cls)}
 
 
-def add_dataclass_flags(group: argparse._ArgumentGroup, cls: type, default_note: Callable[[str], str]) -> None:
+def add_dataclass_flags(group: argparse._ArgumentGroup, cls: type,
+                        default_note: Callable[[str], str]) -> None:
     """One flag per field of cls: --field-name, typed like the field (a bool gets --x / --no-x), with the
     field's comment as help, followed by default_note(name). Every default is None: "not given"."""
     types, comments = typing.get_type_hints(cls), field_comments(cls)
