@@ -111,3 +111,14 @@ def test_glue_without_myst_nb_shows_only_when_asked(monkeypatch, capsys):
     glue("hidden", 1.5)
     glue("shown", 2.5, display=True)
     assert capsys.readouterr().out.strip() == "2.5"
+
+
+def test_cpu_code_paths_are_pinned_for_reproducible_outputs():
+    """The root conftest.py pins torch/MKL/oneDNN/OpenBLAS to their AVX2 paths (tools/numerics.py) before
+    torch is imported, so the chapters print the same numbers on AVX2 and AVX-512 machines alike."""
+    import os
+
+    import torch
+
+    assert torch.backends.cpu.get_cpu_capability() == "AVX2"
+    assert os.environ["MKL_CBWR"] == "AVX2" and os.environ["ONEDNN_MAX_CPU_ISA"] == "AVX2"

@@ -12,6 +12,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+import numerics  # tools/numerics.py: the same pinned CPU code paths as the tests
+
 KEEP_CELL_METADATA = {"tags", "collapsed", "jupyter"}
 
 
@@ -37,5 +39,6 @@ def execute(path: Path) -> float:
 
 
 if __name__ == "__main__":
+    numerics.apply()  # the kernels inherit this environment
     for arg in sys.argv[1:]:
         print(f"{arg}: {execute(Path(arg)):.1f} s", flush=True)
