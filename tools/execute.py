@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-KEEP_CELL_METADATA = {"tags", "collapsed", "jupyter"}
+KEEP_CELL_METADATA = {"tags", "collapsed", "jupyter", "mystnb"}  # mystnb: image alt text
 
 
 def clean(nb: nbformat.NotebookNode) -> None:
