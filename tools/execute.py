@@ -14,7 +14,7 @@ from nbclient import NotebookClient
 
 import numerics  # tools/numerics.py: the same pinned CPU code paths as the tests
 
-KEEP_CELL_METADATA = {"tags", "collapsed", "jupyter"}
+KEEP_CELL_METADATA = {"tags", "collapsed", "jupyter", "mystnb"}  # mystnb: image alt text
 
 
 def clean(nb: nbformat.NotebookNode) -> None:
