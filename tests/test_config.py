@@ -30,7 +30,7 @@ def test_presets():
     ("n_heads", 0, "positive"),
     ("n_kv_heads", 0, "positive"),
     ("ffn_dim", 0, "positive"),
-    ("max_seq_len", 0, "positive"),
+    ("max_seq_len", 0, "in [1, 131072]"),
     ("dim", 770, "divisible by n_heads"),
     ("n_kv_heads", 3, "divisible by n_kv_heads"),
     ("rope_base", 1.0, "> 1"),

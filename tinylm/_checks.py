@@ -5,9 +5,11 @@
     check_bool("qk_norm", 1)                   qk_norm must be True or False, got 1
     check_one_of("experts_per_token", 3, (1, 2))      experts_per_token must be 1 or 2, got 3
     check_header(d, "tinylm-bpe", 1, path, "tokenizer file")   the format and version of a JSON file
+    check_fields(d, "config.json: field 'train'", ("steps", ...))   exactly these keys, no others
 
-Ints may be any `numbers.Integral` (numpy ints too) but never a bool; numbers must be finite (no inf, no
-NaN). Each check returns the value as a plain Python int / float, ready to store or serialise.
+Ints may be any `numbers.Integral` (numpy ints too) but never a bool, nor a float equal to an int (2.0);
+numbers must be finite (no inf, no NaN). Each check returns the value as a plain Python int / float,
+ready to store or serialise.
 `hint` adds a few words after the rule, e.g. " (0 means dense SwiGLU)". Nothing here imports torch.
 """
 
@@ -78,12 +80,23 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
+def _kind(value: Any) -> type:
+    """bool, int (any Integral), float (any other Real) or the value's own type: what a choice must share."""
+    if isinstance(value, bool):
+        return bool
+    if is_int(value):
+        return int
+    return float if isinstance(value, numbers.Real) else type(value)
+
+
 def check_one_of(name: str, value: Any, choices: Sequence, hint: str = "") -> Any:
-    """value must be one of choices (a bool never passes for an int choice)."""
-    if isinstance(value, bool) != any(isinstance(c, bool) for c in choices) or value not in choices:
-        words = " or ".join(map(repr, choices)) if len(choices) <= 2 else f"one of {tuple(choices)}"
-        raise ValueError(f"{name} must be {words}{hint}, got {value!r}")
-    return value
+    """value must be one of choices, and of the same kind: a bool never passes for an int choice, nor a
+    float for an int (2.0 is not 2). Returns the matching choice itself (a plain int for a numpy int)."""
+    for choice in choices:
+        if _kind(choice) is _kind(value) and choice == value:
+            return choice
+    words = " or ".join(map(repr, choices)) if len(choices) <= 2 else f"one of {tuple(choices)}"
+    raise ValueError(f"{name} must be {words}{hint}, got {value!r}")
 
 
 def check_header(d: Any, fmt: str, version: int, source: str, kind: str,
@@ -104,4 +117,22 @@ def check_header(d: Any, fmt: str, version: int, source: str, kind: str,
     for field in required:
         if field not in d:
             raise ValueError(f"{source}: missing field {field!r}")
+    return d
+
+
+def check_fields(d: Any, source: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict:
+    """d must be a dict (a JSON object) with every required key and no key outside required + optional.
+
+    `source` names the object in every message, e.g. "run/config.json: field 'train'".
+    """
+    if not isinstance(d, dict):
+        raise ValueError(f"{source} must be a JSON object, got {type(d).__name__}")
+    required = list(required)
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise ValueError(f"{source} misses {', '.join(map(repr, missing))}")
+    unknown = sorted(set(d) - set(required) - set(optional), key=str)
+    if unknown:
+        raise ValueError(f"{source} has unknown {', '.join(map(repr, unknown))}; "
+                         f"expected {', '.join(map(repr, [*required, *optional]))}")
     return d

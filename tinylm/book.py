@@ -9,17 +9,23 @@ Element ids are derived from a key the chapter gives, so re-executing a chapter 
 from __future__ import annotations
 
 import base64
+import ctypes
 import html
 import io
 import itertools
 import json
+import os
 import re
+import signal
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from . import backprop, numpy_model
+from ._checks import check_number
 from .gradcheck import max_errors
 
 
@@ -183,13 +189,80 @@ class Verdict:
         return self.passed
 
 
+class _TimeUp(BaseException):
+    """Raised inside a learner's function when its time is up (not an Exception: `except Exception` in
+    the learner's code cannot swallow it)."""
+
+
+def _call_with_deadline(fn: Callable, args: Sequence, seconds: float) -> Any:
+    """fn(*args), interrupted by _TimeUp after `seconds`.
+
+    In the main thread on Linux and macOS (a Jupyter or Colab kernel, a script) a SIGALRM timer
+    interrupts the call, and keeps firing every 0.2 s in case the code catches the first one. Elsewhere
+    (Windows, a worker thread) the call runs in a helper thread that is sent _TimeUp when the time is up.
+    Either way the interruption lands between two Python bytecodes: a single endless C call (rare in
+    exercises) runs to its end first.
+    """
+    if os.name == "posix" and threading.current_thread() is threading.main_thread():
+        def time_up(signum, frame):
+            raise _TimeUp
+        previous = signal.signal(signal.SIGALRM, time_up)
+        outer, start = signal.setitimer(signal.ITIMER_REAL, seconds, 0.2), time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            if outer[0]:                               # someone else's timer was running: put it back
+                signal.setitimer(signal.ITIMER_REAL, max(outer[0] - (time.monotonic() - start), 1e-3), outer[1])
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["value"] = fn(*args)
+        except BaseException as e:  # handed to the caller below
+            done["error"] = e
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():                          # time is up: raise _TimeUp inside the worker (again
+        for _ in range(10):                        # if its code catches it), then report to the caller
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(_TimeUp))
+            worker.join(0.2)
+            if not worker.is_alive():
+                break
+        raise _TimeUp
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
+
+
 def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tuple], *,
-                   atol: float = 1e-6, rtol: float = 1e-6, name: str = "your function") -> Verdict:
-    """Call both functions on each case (a tuple of arguments) and say whether the outputs agree."""
+                   atol: float = 1e-6, rtol: float = 1e-6, name: str = "your function",
+                   timeout: float = 10.0) -> Verdict:
+    """Call both functions on each case (a tuple of arguments) and say whether the outputs agree.
+
+    The learner's function gets `timeout` seconds for all the cases together: an endless loop ends in a
+    NOT YET verdict instead of a kernel that never answers.
+    """
+    if not callable(user_fn) or not callable(reference_fn):
+        raise ValueError(f"user_fn and reference_fn must be functions, got {type(user_fn).__name__} and "
+                         f"{type(reference_fn).__name__}")
+    if isinstance(cases, (str, bytes)) or not isinstance(cases, Sequence) or not cases:
+        raise ValueError("cases must be a non-empty list of argument tuples; with no case, every function "
+                         "would pass")
+    if not all(isinstance(args, tuple) for args in cases):
+        raise ValueError("every case must be a tuple of arguments, e.g. (x,) for one argument")
+    check_number("timeout", timeout, 0, low_open=True, hint=" seconds")
+    deadline = time.monotonic() + timeout
     for n, args in enumerate(cases):
         expected = np.asarray(reference_fn(*args))
         try:
-            got = user_fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+            got = _call_with_deadline(user_fn, [a.copy() if isinstance(a, np.ndarray) else a for a in args],
+                                      max(deadline - time.monotonic(), 1e-3))
+        except _TimeUp:
+            return Verdict(False, f"{name} did not finish within {timeout:g} s (at case {n + 1}); is there a "
+                                  "loop that never ends?")
         except NotImplementedError:
             return Verdict(False, f"{name} is not written yet (it raises NotImplementedError).")
         except Exception as e:  # the learner's bug, reported plainly instead of a traceback
@@ -307,6 +380,12 @@ def _check_controls(controls: dict[str, Sequence]) -> None:
             raise ValueError(f"control {name!r} needs at least two values, got {list(values)}")
 
 
+def _script_json(value: Any) -> str:
+    """JSON to paste inside <script>: a frame holding "</script>" (or "<!--", "<script") would end or
+    derail the script there, so their "<" is written as the JSON escape \\u003c (same string in JS)."""
+    return re.sub(r"<(?=/?script|!--)", r"\\u003c", json.dumps(value), flags=re.IGNORECASE)
+
+
 class StaticExplorer:
     """Sliders over precomputed frames: works in the static HTML book with no kernel and no CDN."""
 
@@ -336,9 +415,9 @@ class StaticExplorer:
                 f'<input type="range" min="0" max="{len(values) - 1}" step="1" value="0" data-i="{j}" '
                 f'oninput="window[\'{k}_show\']()" style="vertical-align:middle;width:14em"> '
                 f'<output>{html.escape(values[0])}</output></label>')
-        values_js = json.dumps([[str(v) for v in self.controls[n]] for n in names])
+        values_js = _script_json([[str(v) for v in self.controls[n]] for n in names])
         script = (
-            f"<script>var {k.replace('-', '_')}_f={json.dumps(self.frames)};"
+            f"<script>var {k.replace('-', '_')}_f={_script_json(self.frames)};"
             f"function {k}_show(){{var r=document.getElementById('{k}');var v={values_js};"
             f"var s=Array.from(r.querySelectorAll('input[type=range]'));"
             f"s.forEach(function(e,i){{e.nextElementSibling.textContent=v[i][e.value]}});"

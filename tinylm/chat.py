@@ -77,8 +77,14 @@ def encode_chat(tokenizer: BPETokenizer, turns: list[Turn]) -> tuple[list[int], 
 
 def load_conversations(path: str | Path) -> list[list[Turn]]:
     """Read a .jsonl file with one {"messages": [{"role": ..., "content": ...}, ...]} object per line."""
+    if not Path(path).is_file():
+        raise ValueError(f"{path} is not a file of conversations ({'a folder' if Path(path).exists() else 'missing'})")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
     conversations = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -119,6 +125,8 @@ class ChatSession:
     def __init__(self, model: TinyLM, tokenizer: BPETokenizer, max_new_tokens: int = 64,
                  temperature: float = 0.7, top_k: int | None = 50, top_p: float | None = None,
                  seed: int | None = 0, use_cache: bool = True):
+        if not isinstance(model, TinyLM):
+            raise ValueError(f"model must be a tinylm.TinyLM, got {type(model).__name__}")
         if tokenizer.vocab_size > model.cfg.vocab_size:
             raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only {model.cfg.vocab_size}; "
                              "use the tokenizer the model was trained with")
@@ -129,16 +137,17 @@ class ChatSession:
         self.use_cache = use_cache
         self.generator = torch.Generator(device=model.embed_tokens.weight.device)
         if seed is not None:
-            self.generator.manual_seed(seed)
+            self.generator.manual_seed(check_int("seed", seed, low=0, hint=" or None"))
         self.stop_ids = {_special(tokenizer, s) for s in ("<eos>", "<|user|>", "<bos>")}
         self.eos_id = _special(tokenizer, "<eos>")
         self.turns: list[Turn] = []
 
-    def prompt_ids(self) -> list[int]:
-        """The template of the turns so far plus <|assistant|>, trimmed to leave room for the answer."""
+    def prompt_ids(self, turns: list[Turn] | None = None) -> list[int]:
+        """The template of the turns (default: those so far) plus <|assistant|>, trimmed to leave room
+        for the answer."""
         budget = self.model.cfg.max_seq_len - self.max_new_tokens
         assistant = _special(self.tokenizer, "<|assistant|>")
-        turns = list(self.turns)
+        turns = list(self.turns if turns is None else turns)
         while True:
             ids = encode_chat(self.tokenizer, turns)[0] + [assistant]
             if len(ids) <= budget or len(turns) <= 1:
@@ -147,11 +156,14 @@ class ChatSession:
         return ids[-budget:]                        # a single very long message: keep its end
 
     def ask(self, text: str) -> str:
-        """Add a user turn, generate the assistant's reply, remember it and return it."""
+        """Add a user turn, generate the assistant's reply, remember both and return the reply.
+
+        Nothing is remembered if anything fails (bad text, or an error while generating).
+        """
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
-        self.turns.append({"role": "user", "content": text})
-        ids = self.prompt_ids()
+        turns = [*self.turns, {"role": "user", "content": text}]
+        ids = self.prompt_ids(turns)              # encodes text: a ValueError here leaves the turns as they were
         device = self.model.embed_tokens.weight.device
         out = generate(self.model, torch.tensor([ids], device=device), self.max_new_tokens,
                        temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
@@ -162,7 +174,7 @@ class ChatSession:
                 new = new[:i]
                 break
         reply = self.tokenizer.decode(new).strip()
-        self.turns.append({"role": "assistant", "content": reply})
+        self.turns = [*turns, {"role": "assistant", "content": reply}]
         return reply
 
     def reset(self) -> None:

@@ -7,6 +7,12 @@ from dataclasses import asdict, dataclass, fields, replace
 from ._checks import check_bool, check_int, check_number, check_one_of
 
 
+# The RoPE tables are built for every position up front, in float64 (16 bytes per position and head
+# dimension): 2**17 = 131,072 positions (Llama 3.1's context) is 128 MiB at head_dim 64. A larger
+# max_seq_len is refused at once instead of hanging while the tables are built.
+MAX_SEQ_LEN = 2**17
+
+
 @dataclass(frozen=True)
 class Config:
     """Shape of a Llama/Qwen3-style decoder-only transformer.
@@ -20,7 +26,7 @@ class Config:
     n_heads: int = 8            # query heads per attention layer
     n_kv_heads: int = 4         # key/value heads; each serves n_heads // n_kv_heads query heads
     ffn_dim: int = 2432         # hidden width of the SwiGLU feed-forward (intermediate_size)
-    max_seq_len: int = 1024     # longest sequence the RoPE tables (and KV cache) cover
+    max_seq_len: int = 1024     # longest sequence the RoPE tables (and KV cache) cover (at most MAX_SEQ_LEN)
     rope_base: float = 10000.0  # RoPE base: pair i turns at base**(-2i/head_dim) radians per position
     norm_eps: float = 1e-5      # epsilon inside every RMSNorm
     qk_norm: bool = False       # RMSNorm over each head's q and k before RoPE (Qwen3)
@@ -30,8 +36,11 @@ class Config:
     mlp_aux_weight: float = 0.01  # weight of the MoE load-balancing loss in the loss (Switch: 0.01)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_seq_len"):
+        for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim"):
             object.__setattr__(self, name, check_int(name, getattr(self, name), low=1))  # numpy ints -> int
+        object.__setattr__(self, "max_seq_len", check_int(
+            "max_seq_len", self.max_seq_len, 1, MAX_SEQ_LEN,
+            hint=" (tinylm.config.MAX_SEQ_LEN: the RoPE tables are built for every position up front)"))
         if self.dim % self.n_heads:
             raise ValueError(
                 f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads}) so every head gets "
@@ -46,14 +55,14 @@ class Config:
             raise ValueError(
                 f"head_dim = dim / n_heads = {self.head_dim} must be even: RoPE rotates dimensions in pairs"
             )
-        check_number("rope_base", self.rope_base, 1, low_open=True)
-        check_number("norm_eps", self.norm_eps, 0, low_open=True)
+        object.__setattr__(self, "rope_base", check_number("rope_base", self.rope_base, 1, low_open=True))
+        object.__setattr__(self, "norm_eps", check_number("norm_eps", self.norm_eps, 0, low_open=True))
         check_bool("qk_norm", self.qk_norm)
         check_bool("tie_embeddings", self.tie_embeddings)
         object.__setattr__(self, "n_experts",
                            check_int("n_experts", self.n_experts, low=0, hint=" (0 means dense SwiGLU)"))
-        check_one_of("experts_per_token", self.experts_per_token, (1, 2))
-        check_number("mlp_aux_weight", self.mlp_aux_weight, 0)
+        object.__setattr__(self, "experts_per_token", check_one_of("experts_per_token", self.experts_per_token, (1, 2)))
+        object.__setattr__(self, "mlp_aux_weight", check_number("mlp_aux_weight", self.mlp_aux_weight, 0))
         if self.n_experts and self.experts_per_token > self.n_experts:
             raise ValueError(
                 f"experts_per_token ({self.experts_per_token}) cannot exceed n_experts ({self.n_experts})"

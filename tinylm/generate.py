@@ -88,6 +88,7 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
 def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
             generator: torch.Generator | None) -> torch.Tensor:
     """sample_next without the argument checks (generate checks them once, not once per token)."""
+    _check_distribution(logits)
     if temperature == 0:
         return logits.argmax(dim=-1)                                    # greedy; ties go to the lowest id
     logits = apply_temperature(logits.float(), temperature)            # (B, V) fp32, even for a bf16 model
@@ -96,7 +97,21 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: 
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
     probs = logits.softmax(dim=-1).reshape(-1, logits.shape[-1])       # (B, V)
+    if probs.isnan().any():                                             # +inf logits: inf / inf
+        raise ValueError("the logits hold +inf, so the softmax is undefined; they came from an overflow "
+                         "(a bf16/fp16 model, or weights that grew too large)")
     return torch.multinomial(probs, 1, generator=generator).view(logits.shape[:-1])
+
+
+def _check_distribution(logits: torch.Tensor) -> None:
+    """NaN logits, or a row of -inf only, leave nothing to choose: argmax would say token 0, silently."""
+    if logits.isnan().any():
+        raise ValueError("the logits hold NaN, so no token can be chosen (greedy decoding would pick id 0); "
+                         "the model's weights or its input are not finite: check "
+                         "all(p.isfinite().all() for p in model.parameters()); a diverged training run "
+                         "leaves NaN weights, so train again with a lower lr")
+    if (logits == float("-inf")).all(dim=-1).any():
+        raise ValueError("a row of logits is -inf everywhere: every token is ruled out, none can be chosen")
 
 
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,

@@ -106,7 +106,12 @@ def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
-    """Fused attention: `scaled_dot_product_attention` reads the Hkv heads directly (enable_gqa), no copies."""
+    """Fused attention: `scaled_dot_product_attention` reads the Hkv heads directly (enable_gqa), no copies.
+
+    Equal to `attention_explicit` for finite inputs. A NaN query is another matter: torch's fused CPU
+    kernel (2.13) returns zeros for its row where the explicit path returns NaN, so a model with a NaN
+    weight can give a finite loss. Its gradient norm is NaN all the same, which is where `train` stops.
+    """
     T, S = q.shape[-2], k.shape[-2]
     if not causal or T == 1:  # one new token may look at every cached position
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
@@ -225,7 +230,8 @@ class TinyLM(nn.Module):
                 cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx (B, T) token ids -> logits (B, T, V), and the mean cross-entropy if targets (B, T) are given.
 
-        Targets equal to -100 are ignored. With a cache, idx holds the positions cache.pos ... cache.pos + T - 1.
+        Targets equal to -100 are ignored; if all are, the loss is 0 with zero gradients (`train` warns
+        when a batch has nothing to learn, `evaluate` refuses to score nothing). With a cache, idx holds the positions cache.pos ... cache.pos + T - 1.
         With experts (cfg.n_experts > 0) the loss includes cfg.mlp_aux_weight x the mean load-balancing
         loss of the layers, kept as `last_aux_loss`.
         """
@@ -243,6 +249,9 @@ class TinyLM(nn.Module):
             return logits, None
         logits32 = logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32
         loss = F.cross_entropy(logits32, targets.flatten(), ignore_index=IGNORE_INDEX)
+        # every target -100: the mean over no position is 0/0; call it 0 (no signal, zero gradients), as
+        # a masked-out batch teaches nothing. torch.where keeps the usual value bit for bit, with no sync.
+        loss = torch.where((targets != IGNORE_INDEX).any(), loss, 0.0)
         if self.cfg.n_experts:  # mixture of experts: the load-balancing loss joins the training loss
             self.last_aux_loss = torch.stack([layer.mlp.aux_loss for layer in self.layers]).mean()
             loss = loss + self.cfg.mlp_aux_weight * self.last_aux_loss
@@ -257,8 +266,24 @@ class TinyLM(nn.Module):
         if cache is not None and start + idx.shape[1] > cache.max_len:
             raise ValueError(f"the KV cache holds {cache.max_len} positions, {start + idx.shape[1]} needed; "
                              "make the cache with a larger max_len")
-        if targets is not None and targets.shape != idx.shape:
-            raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
+        if cache is not None:
+            n_layers, batch, kv_heads, _, head_dim = cache.k.shape
+            have, want = (n_layers, batch, kv_heads, head_dim), (self.cfg.n_layers, idx.shape[0],
+                                                                 self.cfg.n_kv_heads, self.cfg.head_dim)
+            if have != want:
+                raise ValueError(f"the KV cache is for (layers, batch, KV heads, head_dim) = {have}, this call "
+                                 f"needs {want}; make it with model.new_cache({idx.shape[0]})")
+        if targets is not None:
+            if not isinstance(targets, torch.Tensor) or targets.shape != idx.shape:
+                shape = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
+                raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {shape}")
+            if targets.dtype != torch.long:
+                raise ValueError(f"targets must hold token ids as torch.long, got dtype {targets.dtype}; "
+                                 "convert with targets.long()")
+            outside = (targets != IGNORE_INDEX) & ((targets < 0) | (targets >= self.cfg.vocab_size))
+            if bool(outside.any()):
+                raise ValueError(f"targets must be token ids in [0, vocab_size={self.cfg.vocab_size}) or "
+                                 f"{IGNORE_INDEX} (ignored), got {int(targets[outside][0])}")
 
     def set_explicit_attention(self, explicit: bool = True) -> "TinyLM":
         """Switch every layer to the step-by-step attention path (same numbers, slower)."""

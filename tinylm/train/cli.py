@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import re
 import sys
 import time
@@ -22,16 +23,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from safetensors.torch import load_model
 from tqdm.auto import tqdm
 
 from .. import distributed
+from .._checks import IGNORE_INDEX, check_bool, check_int, check_number
 from ..chat import ChatSession, encode_conversations, load_conversations
 from ..config import PRESETS, Config
 from ..generate import generate
+from ..params import count_params
 from ..tokenizer import BPETokenizer
-from .checkpoint import load_checkpoint, read_checkpoint_config
-from .loop import build_model, evaluate, split_train_val, train
+from .checkpoint import (CONFIG, TOKENIZER, WEIGHTS, checkpoint_file, load_checkpoint, load_weights,
+                         read_checkpoint_config)
+from .loop import TrainingDiverged, build_model, evaluate, split_train_val, train
 from .settings import DEFAULT_CHAT, DEFAULT_TEXT, TrainConfig
 
 CHAT_DEFAULTS = {"lr": 1e-4, "min_lr": 1e-5, "warmup": 20}   # fine-tuning uses a gentler schedule
@@ -43,7 +46,9 @@ EXAMPLES = """Examples:
   torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --master_addr=HOST --master_port=29500 \\
       -m tinylm.train --steps 600 --out runs/mini                          # machine 0 of 2
 Under torchrun --batch-size stays the global batch: each of the N processes takes batch-size / N.
-A checkpoint folder holds model.safetensors, config.json, train_state.pt and tokenizer.json."""
+A checkpoint folder holds model.safetensors, train_state.safetensors, config.json and tokenizer.json.
+Exit status: 0 trained, 2 a usage error (nothing trained or written), 1 training diverged (the last
+good checkpoint is kept: continue it with --resume and a lower --lr)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--data", type=Path, help=f"training data: a UTF-8 text file (default: the shipped "
                    f"{DEFAULT_TEXT.name}), or with --chat a .jsonl of conversations (default: {DEFAULT_CHAT.name})")
     d.add_argument("--tokenizer", type=Path, help="tokenizer JSON; trained on --data and saved there if missing "
-                   "(default: tokenizer.json in --out, or in the --resume/--init folder)")
+                   "(default: the --resume/--init folder's, else one trained on --data); every checkpoint keeps "
+                   "a copy")
     d.add_argument("--val-fraction", type=float, default=0.05, help="last fraction of the data held out (default 0.05)")
     d.add_argument("--chat", action="store_true", help="fine-tune on conversations with the assistant-only loss "
                    f"mask (defaults become lr {CHAT_DEFAULTS['lr']}, min-lr {CHAT_DEFAULTS['min_lr']}, "
@@ -119,10 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---------------------------------------------------------------------------------------------
-# The steps of a run
+# The steps of a run. Each raises ValueError for anything the flags, the files or the machine get wrong;
+# `main` turns it into a usage error (exit status 2) before anything is trained or written.
 # ---------------------------------------------------------------------------------------------
 def pick_device(name: str = "auto") -> torch.device:
-    """'auto' picks cuda, then mps, then cpu; or name one ('cpu', 'cuda', 'cuda:1', 'mps')."""
+    """'auto' picks cuda, then mps, then cpu; or name one ('cpu', 'cuda', 'cuda:1', 'mps'), which must exist."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -130,9 +137,19 @@ def pick_device(name: str = "auto") -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError:
         raise ValueError(f"unknown device {name!r}; use 'auto', 'cpu', 'cuda' or 'mps'") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r}: this PyTorch has no CUDA GPU to use (torch.cuda.is_available() is "
+                         "False); use 'cpu' or 'auto'")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device {name!r}: there are {torch.cuda.device_count()} CUDA GPUs, numbered from 0")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {name!r}: Apple's MPS is not available here; use 'cpu' or 'auto'")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device {name!r}: tinylm trains on 'cpu', 'cuda' or 'mps'")
+    return device
 
 
 def _device(args: argparse.Namespace, launch: distributed.Launch) -> torch.device:
@@ -143,6 +160,15 @@ def _device(args: argparse.Namespace, launch: distributed.Launch) -> torch.devic
     if args.bf16 and device.type not in ("cpu", "cuda"):
         raise ValueError(f"--bf16 runs on cpu or cuda, not {device.type}; drop --bf16 or pass --device cpu")
     return device
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """The flags that are not fields of Config or TrainConfig (those check themselves)."""
+    check_number("--val-fraction", args.val_fraction, 0, 1, low_open=True, high_open=True)
+    check_int("--sample-tokens", args.sample_tokens, low=0, hint=" (0: no sample)")
+    for flag in ("stop_after", "threads"):
+        if getattr(args, flag) is not None:
+            check_int("--" + flag.replace("_", "-"), getattr(args, flag), low=1)
 
 
 def _train_config(args: argparse.Namespace, ckpt) -> TrainConfig:
@@ -157,37 +183,174 @@ def _model_config(args: argparse.Namespace, ckpt) -> Config:
     if ckpt:
         return ckpt.model.cfg
     if args.init:
-        return Config.from_dict(read_checkpoint_config(args.init)["model"])
+        return Config.from_dict(read_checkpoint_config(args.init, versions=(1, 2))["model"])
     return Config.from_preset(args.preset, **given(args, Config))
 
 
-def _load_or_train_tokenizer(args, text_for_training: Callable[[], str], vocab_size: int, out: Path):
-    source = args.resume or args.init
-    path = args.tokenizer or ((source / "tokenizer.json") if source else out / "tokenizer.json")
-    if path.is_file():
-        tok = BPETokenizer.load(path)
+def _check_run(args: argparse.Namespace, tc: TrainConfig, cfg: Config, ckpt, device: torch.device) -> int:
+    """The settings against the model, the checkpoint and the machine; returns the step to stop after."""
+    if tc.seq_len > cfg.max_seq_len:
+        raise ValueError(f"--seq-len {tc.seq_len} exceeds the model's max_seq_len {cfg.max_seq_len}; lower --seq-len"
+                         + (" (the checkpoint fixes max_seq_len)" if ckpt or args.init else " or raise --max-seq-len"))
+    start = ckpt.step if ckpt else 0
+    if start >= tc.steps:
+        raise ValueError(f"the checkpoint in {args.resume} is at step {start}, so --steps {tc.steps} leaves nothing "
+                         "to train; pass a larger --steps to continue (the cosine schedule stretches to it)")
+    stop = tc.steps if args.stop_after is None else args.stop_after
+    check_int("--stop-after", stop, start + 1, tc.steps, span=f"in [{start + 1}, --steps={tc.steps}]",
+              hint=" (the step to stop after" + (f"; the checkpoint is at step {start})" if ckpt else ")"))
+    _check_memory(cfg, tc, device)
+    return stop
+
+
+def _param_count(cfg: Config) -> int:
+    """count_params(cfg).total without listing every layer and expert (a flag may ask for 10**9 of them): the
+    count grows linearly in n_layers and in n_experts, so two or three small configs give it exactly."""
+    def total(layers: int, experts: int) -> int:
+        return count_params(cfg.replace(n_layers=layers, n_experts=experts,
+                                        experts_per_token=min(cfg.experts_per_token, max(experts, 1)))).total
+    experts = cfg.n_experts
+    if experts:   # one layer with E experts = one with 1 expert + (E - 1) x (the second expert)
+        one_layer = total(1, 1) + (experts - 1) * (total(1, 2) - total(1, 1))
+        layer = total(2, 1) - total(1, 1) + (experts - 1) * (total(1, 2) - total(1, 1))
     else:
-        if source and not args.tokenizer:
-            raise ValueError(f"{source} has no tokenizer.json; pass --tokenizer")
-        tok = BPETokenizer.train(text_for_training(), vocab_size)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tok.save(path)
-    out.mkdir(parents=True, exist_ok=True)
-    if (out / "tokenizer.json").resolve() != path.resolve():
-        tok.save(out / "tokenizer.json")   # every checkpoint folder carries its tokenizer
-    return tok, path
+        one_layer, layer = total(1, 0), total(2, 0) - total(1, 0)
+    return one_layer + (cfg.n_layers - 1) * layer
+
+
+def _memory_bytes(device: torch.device) -> int | None:
+    """The memory of the device: RAM for the cpu (Linux, macOS), the GPU's for cuda; None when unknown."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "cpu" and os.name == "posix":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return None
+
+
+def _check_memory(cfg: Config, tc: TrainConfig, device: torch.device) -> None:
+    """Refuse, before allocating anything, a model or batch that cannot fit: fp32 weights, gradients and two
+    AdamW moments (16 bytes per parameter) plus the activations of a batch (a rough estimate)."""
+    available = _memory_bytes(device)
+    if available is None:
+        return
+    params = _param_count(cfg)
+    tokens = tc.batch_size * tc.seq_len
+    per_token = 4 * (3 * cfg.vocab_size + cfg.n_layers * (16 * cfg.dim + 4 * cfg.ffn_dim * cfg.experts_per_token))
+    need = 16 * params + tokens * per_token
+    if need > available:
+        gb = lambda n: f"{n / 2**30:,.1f} GiB"  # noqa: E731
+        raise ValueError(f"this run needs about {gb(need)} ({params:,} parameters x 16 bytes for the weights, "
+                         f"gradients and AdamW moments, plus {gb(tokens * per_token)} of activations for "
+                         f"--batch-size {tc.batch_size} x --seq-len {tc.seq_len}), more than the {gb(available)} "
+                         f"of the {device.type}; choose a smaller model (--vocab-size, --dim, --n-layers, --ffn-dim, "
+                         "--n-experts) or batch")
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """--out must be a folder we may write, and not another run's: a fresh run never reuses or overwrites one."""
+    out = args.out
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; --out names the folder the checkpoints go to")
+    continuing = args.resume is not None and out.resolve() == args.resume.resolve()
+    held = [name for name in (CONFIG, WEIGHTS, TOKENIZER) if checkpoint_file(out, name).is_file()]
+    if held and not continuing:
+        try:
+            what = f"a checkpoint at step {read_checkpoint_config(out, versions=(1, 2))['step']}"
+        except ValueError:
+            what = ", ".join(held)
+        reuse = f"; to train a new run with its tokenizer, pass --tokenizer {out / TOKENIZER}" \
+            if TOKENIZER in held else ""
+        raise ValueError(f"--out {out} already holds a run ({what}); continue it with --resume {out}, or pass "
+                         f"another --out (or delete {out}) to start afresh{reuse}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"cannot create --out {out}: {e.strerror}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out} is not writable; pass a folder you can write to")
+
+
+def _read_data(path: Path, chat: bool):
+    """The text (or, with --chat, the conversations) of --data; ValueError says what is wrong with the file."""
+    if not path.exists():
+        raise ValueError(f"--data {path}: no such file")
+    if not path.is_file():
+        raise ValueError(f"--data {path} is a folder; pass a UTF-8 text file" + (" (.jsonl)" if chat else ""))
+    if chat:
+        return load_conversations(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--data {path} is not UTF-8 text (byte {e.start}: {e.reason}); convert it, e.g. with "
+                         "iconv -t utf-8") from None
+    if not text.strip():
+        raise ValueError(f"--data {path} holds no text")
+    return text
+
+
+def _tokenizer(args: argparse.Namespace, text_for_training: Callable[[], str], vocab_size: int):
+    """The run's tokenizer and where it came from: --tokenizer (trained on --data and saved there if missing),
+    else the --resume/--init folder's, else a new one trained on --data. Nothing is written before it passed
+    every check; the run saves it with every checkpoint."""
+    source = args.resume or args.init
+    given_path = args.tokenizer
+    if given_path is not None and given_path.exists() and not given_path.is_file():
+        raise ValueError(f"--tokenizer {given_path} is a folder; pass a tokenizer .json file")
+    if given_path is not None and given_path.is_file():
+        tok, origin = BPETokenizer.load(given_path), given_path
+    elif given_path is None and source is not None:
+        path = checkpoint_file(source, TOKENIZER)
+        if not path.is_file():
+            raise ValueError(f"{source} has no tokenizer.json; pass the tokenizer it was trained with as --tokenizer")
+        tok, origin = BPETokenizer.load(path), path
+    else:
+        tok, origin = BPETokenizer.train(text_for_training(), vocab_size), "trained on --data"
+    if tok.vocab_size > vocab_size:
+        raise ValueError(f"the tokenizer ({origin}) has {tok.vocab_size} ids but the model only {vocab_size}"
+                         + ("" if source else "; pass a smaller tokenizer or a larger --vocab-size"))
+    if given_path is not None and source is not None and checkpoint_file(source, TOKENIZER).is_file() \
+            and BPETokenizer.load(checkpoint_file(source, TOKENIZER)).to_dict() != tok.to_dict():
+        raise ValueError(f"--tokenizer {given_path} differs from the tokenizer of {source}; the model only "
+                         "understands the ids it was trained with: drop --tokenizer")
+    if given_path is not None and not given_path.is_file():     # a new tokenizer, checked: save it there
+        given_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = given_path.with_name(given_path.name + ".tmp")
+        tok.save(tmp)
+        os.replace(tmp, given_path)
+        origin = given_path
+    return tok, origin
+
+
+def _encode(tok: BPETokenizer, data, chat: bool, val_fraction: float, seq_len: int, data_path: Path):
+    """Token ids (and labels) of the training and validation parts, each long enough for one window."""
+    if chat:
+        cut = max(1, int(len(data) * (1 - val_fraction)))
+        train_ids, train_labels = encode_conversations(tok, data[:cut])
+        val_ids, val_labels = encode_conversations(tok, data[cut:])
+    else:
+        ids = torch.tensor(tok.encode(data), dtype=torch.long)
+        train_ids, val_ids = split_train_val(ids, val_fraction)
+        train_labels = val_labels = None
+    if min(len(train_ids), len(val_ids)) < seq_len + 1:
+        raise ValueError(f"--data {data_path} gives {len(train_ids):,} tokens to train on and {len(val_ids):,} to "
+                         f"validate on (--val-fraction {val_fraction}); each part needs at least --seq-len + 1 = "
+                         f"{seq_len + 1}: use more data, another --val-fraction or a shorter --seq-len")
+    for name, labels in (("training", train_labels), ("validation", val_labels)):
+        if labels is not None and not bool((labels[1:] != IGNORE_INDEX).any()):
+            raise ValueError(f"--data {data_path}: the {name} conversations have no assistant text to learn from")
+    return train_ids, val_ids, train_labels, val_labels
 
 
 def _sample(model, tok: BPETokenizer, chat: bool, n_tokens: int, seed: int, device: torch.device) -> None:
     """Print what the trained model says: three chat answers, or a continuation of a dialogue."""
     limit = model.cfg.max_seq_len
     if chat:
-        session = ChatSession(model, tok, max_new_tokens=min(n_tokens, limit - 32), temperature=0.7, top_k=50,
-                              seed=seed)
+        session = ChatSession(model, tok, max_new_tokens=min(n_tokens, max(1, limit // 2)), temperature=0.7,
+                              top_k=50, seed=seed)
         for question in ("Hello!", "What color is the sky?", "I have a headache. What should I do?"):
             print(f"user: {question}\nassistant: {session.ask(question)}")
     else:
-        prompt = tok.encode("Anna: Hello, Tom! How are you?\nTom:")
+        prompt = tok.encode("Anna: Hello, Tom! How are you?\nTom:")[-max(1, limit // 2):]
         gen = torch.Generator(device=device).manual_seed(seed)
         out_ids = generate(model, torch.tensor([prompt], device=device), min(n_tokens, limit - len(prompt)),
                            temperature=0.8, top_k=50, generator=gen)
@@ -198,6 +361,8 @@ def _sample(model, tok: BPETokenizer, chat: bool, n_tokens: int, seed: int, devi
 # main
 # ---------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line. Exit status 0: trained; 2: a usage error (flags, files, memory; nothing was
+    trained or written); 1: training diverged (the last good checkpoint is kept); 130: interrupted."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.resume and args.init:
@@ -206,62 +371,63 @@ def main(argv: list[str] | None = None) -> int:
         flag = next(iter(given(args, Config))).replace("_", "-")
         parser.error(f"--{flag} cannot change a model loaded with --resume/--init")
     try:
+        _check_flags(args)
         launch = distributed.read_launch()      # rank 0 of 1, or what torchrun set (RANK, WORLD_SIZE, ...)
         device = _device(args, launch)
+        ckpt = load_checkpoint(args.resume, device) if args.resume else None
+        tc = _train_config(args, ckpt)
+        per_rank = distributed.check_batch_size(tc.batch_size, launch.world_size)
+        model_cfg = _model_config(args, ckpt)
+        stop = _check_run(args, tc, model_cfg, ckpt, device)
+        extra = ckpt.extra if ckpt else {}
+        chat = args.chat or check_bool("the checkpoint's extra.chat", extra.get("chat", False))
+        if not isinstance(extra.get("data", ""), str):
+            raise ValueError(f"{args.resume}: the checkpoint's extra.data must be a path, got {extra['data']!r}")
+        data_path = args.data or (Path(extra["data"]) if "data" in extra else None) \
+            or (DEFAULT_CHAT if chat else DEFAULT_TEXT)
+        data = _read_data(data_path, chat)
     except ValueError as e:
         parser.error(str(e))
     if args.threads:
         torch.set_num_threads(args.threads)
     say = (lambda s: print(s, file=sys.stderr)) if launch.is_main else (lambda s: None)  # noqa: E731
     out = args.out
+    distributed.init(launch, device)            # several processes: join the others (nothing otherwise)
 
-    ckpt = load_checkpoint(args.resume, device) if args.resume else None
+    # the output folder and the tokenizer: rank 0 checks and loads (or trains) them and sends the result,
+    # or its error, to the others (no shared disk needed, and no rank left waiting)
+    t_tok = time.perf_counter()
+    found = None
+    if launch.is_main:
+        try:
+            _check_out(args)
+            raw = (lambda: "\n".join(t["content"] for c in data for t in c)) if chat else (lambda: data)  # noqa: E731
+            found = _tokenizer(args, raw, model_cfg.vocab_size)
+        except ValueError as e:
+            found = str(e)
+    found = distributed.broadcast_object(found)
+    if isinstance(found, str):
+        parser.error(found)
+    tok, tok_origin = found
+    t_tok = time.perf_counter() - t_tok
+    t_enc = time.perf_counter()
     try:
-        tc = _train_config(args, ckpt)
-        per_rank = distributed.check_batch_size(tc.batch_size, launch.world_size)
-        model_cfg = _model_config(args, ckpt)
+        train_ids, val_ids, train_labels, val_labels = _encode(tok, data, chat, args.val_fraction, tc.seq_len,
+                                                               data_path)
     except ValueError as e:
         parser.error(str(e))
-    distributed.init(launch, device)            # several processes: join the others (nothing otherwise)
-    chat = args.chat or bool(ckpt and ckpt.extra.get("chat"))
-    data_path = args.data or (Path(ckpt.extra["data"]) if ckpt and "data" in ckpt.extra else None) \
-        or (DEFAULT_CHAT if chat else DEFAULT_TEXT)
-
-    # tokenizer and data
-    if chat:
-        conversations = load_conversations(data_path)
-        raw = lambda: "\n".join(t["content"] for c in conversations for t in c)  # noqa: E731
-    else:
-        text = Path(data_path).read_text(encoding="utf-8")
-        raw = lambda: text  # noqa: E731
-    t_tok = time.perf_counter()
-    tok = tok_path = None
-    if launch.is_main:                          # under torchrun rank 0 loads (or trains) it and sends it to
-        tok, tok_path = _load_or_train_tokenizer(args, raw, model_cfg.vocab_size, out)
-    tok, tok_path = distributed.broadcast_object((tok, tok_path))   # the others: no shared disk needed
-    t_tok = time.perf_counter() - t_tok
-    if tok.vocab_size > model_cfg.vocab_size:
-        parser.error(f"the tokenizer {tok_path} has {tok.vocab_size} ids but the model only {model_cfg.vocab_size}")
-    t_enc = time.perf_counter()
-    if chat:
-        cut = max(1, int(len(conversations) * (1 - args.val_fraction)))
-        train_ids, train_labels = encode_conversations(tok, conversations[:cut])
-        val_ids, val_labels = encode_conversations(tok, conversations[cut:])
-    else:
-        ids = torch.tensor(tok.encode(text), dtype=torch.long)
-        train_ids, val_ids = split_train_val(ids, args.val_fraction)
-        train_labels = val_labels = None
     t_enc = time.perf_counter() - t_enc
 
     if ckpt:
         model = ckpt.model
+    elif args.init:
+        torch.manual_seed(tc.seed)              # the same random draws as build_model, then the weights
+        model = load_weights(args.init, device)
     else:
         model = build_model(model_cfg, tc.seed, device)
-        if args.init:
-            load_model(model, str(args.init / "model.safetensors"), device=str(device))
     n_params = sum(p.numel() for p in model.parameters())
     say(f"model: {n_params:,} parameters {model_cfg}")
-    say(f"tokenizer: {tok_path} ({tok.vocab_size} ids, {t_tok:.2f} s); data: {data_path} -> "
+    say(f"tokenizer: {tok_origin} ({tok.vocab_size} ids, {t_tok:.2f} s); data: {data_path} -> "
         f"{len(train_ids):,} train / {len(val_ids):,} val tokens (encoded in {t_enc:.2f} s); device {device}, "
         f"{torch.get_num_threads()} threads" + (", bf16 autocast" if args.bf16 else ""))
     if launch.distributed:
@@ -272,14 +438,23 @@ def main(argv: list[str] | None = None) -> int:
     extra = {"data": str(data_path), "chat": chat, "init": str(args.init) if args.init else None,
              "world_size": launch.world_size, "bf16": args.bf16}
     t0 = time.perf_counter()
-    history = train(model, train_ids, val_ids, tc, train_labels=train_labels, val_labels=val_labels, resume=ckpt,
-                    out=out, extra=extra, until=args.stop_after, progress=not args.no_progress and launch.is_main,
-                    log=lambda s: tqdm.write(s, file=sys.stderr), bf16=args.bf16)
+    try:
+        history = train(model, train_ids, val_ids, tc, train_labels=train_labels, val_labels=val_labels,
+                        resume=ckpt, out=out, extra=extra, until=stop,
+                        progress=not args.no_progress and launch.is_main,
+                        log=lambda s: tqdm.write(s, file=sys.stderr), bf16=args.bf16, tokenizer=tok)
+    except TrainingDiverged as e:
+        say(f"error: {e}" + (f". Continue from the checkpoint with --resume {out} and, e.g., --lr {tc.lr / 10:g}"
+                             if e.saved_step is not None else ""))
+        return 1
+    except KeyboardInterrupt:
+        say(f"interrupted; the last checkpoint in {out} is whole: continue with --resume {out}")
+        return 130
     wall = time.perf_counter() - t0
     loss, ppl, acc = evaluate(model, val_ids, tc.batch_size, tc.seq_len, None, val_labels, with_accuracy=True)
     distributed.close()                         # every rank is done (and rank 0 has saved)
     say(f"done in {wall:.1f} s: full validation loss {loss:.3f}, perplexity {ppl:.2f}, next-token accuracy "
-        f"{acc:.3f}; checkpoint in {out}")
+        f"{acc:.3f}; checkpoint in {out} (step {stop})")
     if history.tokens_per_s:
         say(f"throughput: {history.tokens_per_s[-1]:,.0f} tokens/s over the last training steps "
             f"({launch.world_size} process{'es' if launch.distributed else ''})")

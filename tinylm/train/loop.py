@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
@@ -26,7 +27,8 @@ from .. import distributed
 from .._checks import IGNORE_INDEX, check_int, check_number
 from ..config import Config
 from ..model import TinyLM
-from .checkpoint import Checkpoint, save_checkpoint
+from ..tokenizer import BPETokenizer
+from .checkpoint import Checkpoint, restore_optimizer, save_checkpoint
 from .settings import History, TrainConfig, check_lr
 
 
@@ -124,6 +126,8 @@ def make_optimizer(model: TinyLM, lr: float, weight_decay: float, betas: tuple[f
 
     Norm gains (1-D) are not decayed: pulling them towards 0 would shrink every activation.
     """
+    check_number("lr", lr, 0, low_open=True)
+    check_number("weight_decay", weight_decay, 0)
     params = [p for p in model.parameters() if p.requires_grad]   # the tied embedding/head appears once
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -137,11 +141,36 @@ def split_train_val(tokens: torch.Tensor, val_fraction: float = 0.05) -> tuple[t
     return tokens[:cut], tokens[cut:]
 
 
+class TrainingDiverged(ValueError):
+    """The loss or the gradient norm stopped being finite: `train` stopped before the update (and saved nothing).
+
+    step: the step that went wrong (1-based); saved_step: the step of the last checkpoint written to
+    `out` in this call or the one resumed from (None: no checkpoint).
+    """
+
+    def __init__(self, message: str, step: int, saved_step: int | None):
+        super().__init__(message)
+        self.step, self.saved_step = step, saved_step
+
+
+def _diverged(what: str, step: int, cfg: TrainConfig, bf16: bool, kept: str, saved_step: int | None,
+              before_update: bool = True) -> TrainingDiverged:
+    """The error for a non-finite loss or gradient norm at step: what happened, what is kept, what to try."""
+    tips = [f"a lower lr (now {cfg.lr:g})", "gradient clipping (grad_clip 1.0)" if cfg.grad_clip == 0 else
+            f"a lower grad_clip (now {cfg.grad_clip:g})", f"a longer warmup (now {cfg.warmup})"]
+    if bf16:
+        tips.append("no bf16 autocast")
+    stopped = "training stopped before this update, and" if before_update else "nothing was saved, and"
+    return TrainingDiverged(f"training diverged at step {step}: {what}; {stopped} {kept}. "
+                            f"Try {', '.join(tips[:-1])} or {tips[-1]}", step, saved_step)
+
+
 def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | None = None,
           config: TrainConfig | None = None, *, train_labels: torch.Tensor | None = None,
           val_labels: torch.Tensor | None = None, resume: Checkpoint | None = None,
           out: str | Path | None = None, extra: dict | None = None, until: int | None = None,
-          progress: bool = True, log: Callable[[str], None] | None = None, bf16: bool = False) -> History:
+          progress: bool = True, log: Callable[[str], None] | None = None, bf16: bool = False,
+          tokenizer: BPETokenizer | None = None) -> History:
     """Train model in place for config.steps steps and return the History.
 
     train_tokens / val_tokens: 1-D token streams. train_labels / val_labels: optional label streams of
@@ -151,7 +180,13 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
     many steps (the schedule still spans config.steps; checkpoints there too), e.g. to continue later.
     log: called with one line per evaluation (the CLI passes a printer; the library prints nothing).
     progress: show a tqdm bar with the loss and tokens per second. bf16: run the forward pass under bfloat16
-    autocast (cuda or cpu; the weights, gradients and optimizer stay fp32).
+    autocast (cuda or cpu; the weights, gradients and optimizer stay fp32). tokenizer: saved with every
+    checkpoint (tokenizer.json), so that the folder is complete.
+
+    A step whose loss or gradient norm is not finite (NaN or inf: the run diverged) raises TrainingDiverged
+    before the optimizer touches the weights, and so does a non-finite validation loss: no checkpoint is
+    written after that, so the last one in `out` stays good. A batch with no supervised position (every
+    label -100) has loss 0 and teaches nothing; a RuntimeWarning says so.
 
     Under torchrun (a process group is initialised, world size W > 1) every rank calls train with the same
     arguments: the model (pass the plain TinyLM) is wrapped in DistributedDataParallel, every rank draws the
@@ -174,10 +209,17 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
     sampler = torch.Generator().manual_seed(cfg.seed)   # CPU generator: batches are cut on the CPU
     start, history = 0, History()
     if resume is not None:
-        optimizer.load_state_dict(resume.optimizer_state)
+        restore_optimizer(optimizer, model, resume.optimizer_state)
         sampler.set_state(resume.sampler_state)
         torch.set_rng_state(resume.torch_rng_state)
         start, history = resume.step, resume.history
+    saved_step = None                                   # the step of the last checkpoint written to `out`
+
+    def diverged(what: str, step: int, before_update: bool = True) -> TrainingDiverged:
+        kept = (f"the checkpoint in {out} (step {saved_step}) is untouched" if saved_step is not None else
+                f"the checkpoint resumed from (step {resume.step}) is untouched" if resume is not None else
+                "no checkpoint was written")
+        return _diverged(what, step, cfg, bf16, kept, saved_step, before_update)
     stop = check_int("until", cfg.steps if until is None else until, start, cfg.steps,
                      span=f"in [{start}, steps={cfg.steps}]")
     tokens_per_step = cfg.batch_size * cfg.seq_len
@@ -185,6 +227,8 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
     def run_eval(step: int) -> None:
         if val_tokens is not None:
             loss, ppl = evaluate(model, val_tokens, cfg.batch_size, cfg.seq_len, cfg.eval_batches, val_labels)
+            if not math.isfinite(loss):
+                raise diverged(f"the validation loss after step {step} is {loss}", step, before_update=False)
             history.val_step.append(step)
             history.val_loss.append(loss)
             history.val_ppl.append(ppl)
@@ -198,38 +242,48 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
     bar = tqdm(range(start, stop), initial=start, total=cfg.steps, disable=not progress or rank != 0,
                desc="training", dynamic_ncols=True)
     t0, steps_timed = time.perf_counter(), 0
-    for step in bar:
-        lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        x, y = get_batch(train_tokens, cfg.batch_size, cfg.seq_len, sampler, train_labels)  # (B, T) each
-        if world > 1:                                      # every rank drew the same batch: keep this rank's rows
-            x, y = distributed.shard(x, rank, world), distributed.shard(y, rank, world)  # (B / W, T) each
-        x, y = x.to(device), y.to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
-            _, loss = net(x, y)
-        if world > 1 and train_labels is not None:         # the mask leaves ranks unequal counts: reweight
-            loss = distributed.rebalance_loss(loss, y, world)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()                                    # under DDP the gradients arrive averaged over ranks
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
-        optimizer.step()
+    try:
+        for step in bar:
+            lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            x, y = get_batch(train_tokens, cfg.batch_size, cfg.seq_len, sampler, train_labels)  # (B, T) each
+            if train_labels is not None and not bool((y != IGNORE_INDEX).any()):
+                    warnings.warn(f"step {step + 1}: every label of the batch is -100, so its loss is 0 and it "
+                              "teaches nothing; use a longer seq_len (or data with more supervised text)",
+                              RuntimeWarning)
+            if world > 1:                                  # every rank drew the same batch: keep this rank's rows
+                x, y = distributed.shard(x, rank, world), distributed.shard(y, rank, world)  # (B / W, T) each
+            x, y = x.to(device), y.to(device)
+            with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
+                _, loss = net(x, y)
+            if world > 1 and train_labels is not None:         # the mask leaves ranks unequal counts: reweight
+                loss = distributed.rebalance_loss(loss, y, world)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()                                    # under DDP the gradients arrive averaged over ranks
+            clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            loss_value, norm_value = loss.item(), norm.item()  # the norm is the same on every rank (DDP)
+            if world > 1:                                      # the global batch's loss: average over ranks
+                loss_value = distributed.all_reduce_sum([loss_value], device)[0] / world
+            if not (math.isfinite(loss_value) and math.isfinite(norm_value)):  # every rank sees the same values
+                raise diverged(f"the loss is {loss_value} and the gradient norm {norm_value}", step + 1)
+            optimizer.step()
 
-        loss_value = loss.item()
-        if world > 1:                                      # the global batch's loss: average over ranks
-            loss_value = distributed.all_reduce_sum([loss_value], device)[0] / world
-        history.step.append(step + 1)
-        history.loss.append(loss_value)
-        history.lr.append(lr)
-        history.grad_norm.append(norm.item())
-        steps_timed += 1
-        tok_s = tokens_per_step * steps_timed / (time.perf_counter() - t0)
-        bar.set_postfix(loss=f"{history.loss[-1]:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
-        if (step + 1) % cfg.eval_every == 0 or step + 1 in (cfg.steps, stop):
-            history.tokens_per_s.append(tok_s)
-            run_eval(step + 1)
-            if out is not None and rank == 0:              # the plain model: no DDP "module." prefix
-                save_checkpoint(out, model, optimizer, step + 1, cfg, sampler, history, extra)
-            t0, steps_timed = time.perf_counter(), 0    # don't count evaluation and saving as training time
-    bar.close()
+            history.step.append(step + 1)
+            history.loss.append(loss_value)
+            history.lr.append(lr)
+            history.grad_norm.append(norm_value)
+            steps_timed += 1
+            tok_s = tokens_per_step * steps_timed / (time.perf_counter() - t0)
+            bar.set_postfix(loss=f"{history.loss[-1]:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
+            if (step + 1) % cfg.eval_every == 0 or step + 1 in (cfg.steps, stop):
+                history.tokens_per_s.append(tok_s)
+                run_eval(step + 1)
+                if out is not None and rank == 0:              # the plain model: no DDP "module." prefix
+                    save_checkpoint(out, model, optimizer, step + 1, cfg, sampler, history, extra, tokenizer)
+                saved_step = step + 1 if out is not None else None
+                t0, steps_timed = time.perf_counter(), 0    # don't count evaluation and saving as training time
+    finally:
+        bar.close()
     return history
