@@ -163,6 +163,14 @@ def test_batch_not_divisible_by_the_world_size_is_a_clear_error(files):
     assert not (files["dir"] / "bad" / "config.json").exists()
 
 
+@pytest.mark.e2e
+def test_an_error_only_rank_0_sees_stops_every_process(files, one):
+    # rank 0 alone checks --out and loads the tokenizer; the others must get its error, not wait for it forever
+    r = _torchrun([*_flags(files), "--out", str(one)])          # a fresh run into a folder holding a run
+    assert r.returncode != 0
+    assert r.stderr.count(f"--out {one} already holds a run") == 2   # said by both processes
+
+
 def test_missing_rendezvous_variables_are_a_clear_error(files, monkeypatch, capsys):
     for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}.items():
         monkeypatch.setenv(name, value)
