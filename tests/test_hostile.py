@@ -567,6 +567,16 @@ def test_cli_divergence_exits_1_and_says_what_to_try(files, tmp_path):
     assert all(bool(p.isfinite().all()) for p in ckpt.model.parameters())
 
 
+def test_ctrl_c_says_what_is_kept(files, tmp_path, monkeypatch):
+    import tinylm.train.cli as cli_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli_module, "train", interrupted)
+    code, err = cli([*_flags(files, tmp_path / "out"), "--steps", "2"])
+    assert code == 130 and "interrupted; no checkpoint was written" in err
+
+
 # ---------------------------------------------------------------------------------------------
 # crash test: kill a training process at random moments while it saves, then resume
 # ---------------------------------------------------------------------------------------------

@@ -448,7 +448,11 @@ def main(argv: list[str] | None = None) -> int:
                              if e.saved_step is not None else ""))
         return 1
     except KeyboardInterrupt:
-        say(f"interrupted; the last checkpoint in {out} is whole: continue with --resume {out}")
+        try:
+            kept = f"its checkpoint (step {read_checkpoint_config(out)['step']}) is whole: continue with --resume {out}"
+        except ValueError:
+            kept = "no checkpoint was written"
+        say(f"interrupted; {kept}")
         return 130
     wall = time.perf_counter() - t0
     loss, ppl, acc = evaluate(model, val_ids, tc.batch_size, tc.seq_len, None, val_labels, with_accuracy=True)
