@@ -78,9 +78,11 @@ def save_checkpoint(path: str | Path, model: TinyLM, optimizer: torch.optim.Opti
     """
     path = Path(path)
     step = check_int("step", step, 0, config.steps, span=f"in [0, steps={config.steps}]")
-    named = dict(model.named_parameters())           # the tied head appears once, as embed_tokens.weight
-    moments = optimizer_tensors(optimizer, named)
-    for name, t in [*named.items(), *moments.items()]:
+    weights = model.state_dict()                      # the names of params.weight_shapes; a tied head once:
+    if model.cfg.tie_embeddings:                      # as embed_tokens.weight (Hugging Face's convention)
+        del weights["lm_head.weight"]
+    moments = optimizer_tensors(optimizer, dict(model.named_parameters()))
+    for name, t in [*weights.items(), *moments.items()]:
         if not bool(torch.isfinite(t).all()):
             raise ValueError(f"refusing to save a checkpoint at step {step}: {name} holds NaN or inf; the "
                              "previous checkpoint is kept")
@@ -97,7 +99,7 @@ def save_checkpoint(path: str | Path, model: TinyLM, optimizer: torch.optim.Opti
     _finish_save(path)                                # a save killed earlier: complete it, or drop it
     staging = path / SAVING
     staging.mkdir()
-    save_file({n: t.detach().contiguous().cpu() for n, t in named.items()}, str(staging / WEIGHTS), metadata=stamp)
+    save_file({n: t.contiguous().cpu() for n, t in weights.items()}, str(staging / WEIGHTS), metadata=stamp)
     save_file({n: t.contiguous().cpu() for n, t in state.items()}, str(staging / STATE), metadata=stamp)
     if tokenizer is not None:
         tokenizer.save(staging / TOKENIZER)
@@ -293,13 +295,12 @@ def _load_model(path: Path, meta: dict, device: torch.device | str) -> TinyLM:
                 raise ValueError(f"{f}: tensor {name} is {piece.get_dtype()} {tuple(piece.get_shape())}, "
                                  f"config.json's model needs a float tensor of shape {shape}")
         model = TinyLM(cfg).to(device)   # every check passed: the sizes are those of the file on disk
-        params = dict(model.named_parameters())
-        with torch.no_grad():
-            for name in shapes:
-                t = st.get_tensor(name)
-                if not bool(torch.isfinite(t).all()):
-                    raise ValueError(f"{f}: tensor {name} holds NaN or inf; the run that wrote it had diverged")
-                params["embed_tokens.weight" if name == "lm_head.weight" else name].copy_(t)
+        weights = model.state_dict()     # tensors sharing the model's storage: copy_ fills the model
+        for name in shapes:
+            t = st.get_tensor(name)
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"{f}: tensor {name} holds NaN or inf; the run that wrote it had diverged")
+            weights[name].copy_(t)       # a tied lm_head.weight (version 1) is the embedding
     return model
 
 
