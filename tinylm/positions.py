@@ -22,7 +22,7 @@ def causal_mask(T: int, S: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# RoPE speeds (Su et al., 2021), and running past the trained length: rescaled speeds (chapter 3)
+# RoPE speeds (Su et al., 2021), and running past the trained length: rescaled speeds (chapter 4)
 #
 #   "pi"   position interpolation (Chen et al., 2023): every speed divided by `factor`.
 #   "ntk"  NTK-aware base (bloc97, 2023): base * factor**(D/(D-2)); the slowest pair slows by exactly
