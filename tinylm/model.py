@@ -170,7 +170,7 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.self_attn = Attention(cfg, layer_idx)
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
-        if cfg.n_experts:  # chapter 7: a router and n_experts SwiGLU experts
+        if cfg.is_moe_layer(layer_idx):  # chapter 8: a router and n_experts SwiGLU experts
             self.mlp = MoE(cfg, expert=lambda: SwiGLU(cfg.dim, cfg.ffn_dim))
         else:
             self.mlp = SwiGLU(cfg.dim, cfg.ffn_dim)
@@ -227,7 +227,7 @@ class TinyLM(nn.Module):
 
         Targets equal to -100 are ignored. With a cache, idx holds the positions cache.pos ... cache.pos + T - 1.
         With experts (cfg.n_experts > 0) the loss includes cfg.mlp_aux_weight x the mean load-balancing
-        loss of the layers, kept as `last_aux_loss`.
+        loss of the MoE layers, kept as `last_aux_loss`.
         """
         self._check_input(idx, targets, cache)
         x = self.embed_tokens(idx)                                       # (B, T, C)
@@ -244,7 +244,8 @@ class TinyLM(nn.Module):
         logits32 = logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32
         loss = F.cross_entropy(logits32, targets.flatten(), ignore_index=IGNORE_INDEX)
         if self.cfg.n_experts:  # mixture of experts: the load-balancing loss joins the training loss
-            self.last_aux_loss = torch.stack([layer.mlp.aux_loss for layer in self.layers]).mean()
+            self.last_aux_loss = torch.stack([layer.mlp.aux_loss for layer in self.layers
+                                              if isinstance(layer.mlp, MoE)]).mean()
             loss = loss + self.cfg.mlp_aux_weight * self.last_aux_loss
         return logits, loss
 
