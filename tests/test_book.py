@@ -80,3 +80,11 @@ def test_check_function_reports_stubs_shapes_and_errors():
     assert "shape" in check_function(lambda x: x.T ** 2, square, CASES).message
     assert "ZeroDivisionError" in check_function(lambda x: 1 / 0, square, CASES).message
     assert "None" in check_function(lambda x: None, square, CASES).message
+
+
+def test_check_function_explains_infinities_without_warnings(recwarn):
+    masked = lambda x: np.where(x > 0, x, -np.inf)
+    assert check_function(masked, masked, CASES)                  # equal infinities are no error
+    v = check_function(lambda x: np.where(x > 0.5, x, -np.inf), masked, CASES)
+    assert not v and "infinite" in v.message, v.message
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

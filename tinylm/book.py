@@ -242,7 +242,12 @@ def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tu
         floor = _TOLERANCE_FLOOR.get(dtype, 0.0)  # a float32 answer cannot match to 1e-9
         tol_a, tol_r = max(atol, floor), max(rtol, floor)
         if not np.allclose(got, expected, atol=tol_a, rtol=tol_r):
-            err = float(np.max(np.abs(got - expected)))
+            with np.errstate(invalid="ignore"):                  # inf - inf: equal infinities are no error
+                gap = np.where(got == expected, 0.0, np.abs(got - expected))
+            err = float(np.nan_to_num(gap, nan=np.inf, posinf=np.inf).max())
+            if np.isinf(err):
+                return Verdict(False, f"case {n + 1}: some values are infinite (or nan) where the "
+                                      "reference's are not, or the other way round.")
             return Verdict(False, f"case {n + 1}: values differ by up to {err:.3g} "
                                   f"(tolerance {tol_a:g} for {dtype} values).")
     return Verdict(True, f"{name} matches the reference on {len(cases)} random cases.")
