@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-CHAPTERS := $(sorted $(wildcard chapters/*.ipynb))
+CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
 
 .PHONY: setup book test unit nbval execute report bench clean
 

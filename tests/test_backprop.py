@@ -9,6 +9,7 @@ from tinylm import Config, TinyLM
 from tinylm import backprop as bp
 from tinylm import reference as ref
 from tinylm.book import Verdict, check_swiglu_backward
+from tinylm.train import make_optimizer
 
 NUM_RTOL = 1e-6    # hand gradient vs central differences (eps 1e-6), relative to the gradient's scale
 TORCH_ATOL = 1e-8  # hand gradient vs autograd, float64
@@ -242,7 +243,7 @@ def test_clip_grad_norm_matches_torch():
 def test_numpy_adamw_training_tracks_torch(cfg):
     model = TinyLM(cfg).double()  # the usual std 0.02 init, as a real run starts
     params = bp.params_from_torch(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    opt = make_optimizer(model, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95))  # matrices decayed only
     state: dict = {}
     torch_losses, numpy_losses = [], []
     for step in range(6):
@@ -280,6 +281,14 @@ def test_adamw_step_defaults_match_torch():
     assert state["step"] == 3
     np.testing.assert_allclose(params["w"], w.detach().numpy(), rtol=0, atol=1e-14)
     assert np.abs(params["w"] - p0).max() > 1e-3
+
+
+def test_adamw_step_decays_matrices_and_leaves_norm_gains_alone():
+    params = {"w": np.ones((2, 3)), "norm.weight": np.ones(3)}
+    zero = {k: np.zeros_like(v) for k, v in params.items()}   # no gradient: only the decay moves a weight
+    bp.adamw_step(params, zero, {}, lr=0.1, weight_decay=0.5)
+    np.testing.assert_allclose(params["w"], 1 - 0.1 * 0.5)
+    np.testing.assert_array_equal(params["norm.weight"], 1.0)
 
 
 # --- the exercise checker --------------------------------------------------------------------------

@@ -306,7 +306,8 @@ def test_landing_map_links_each_part_to_its_chapter(visit, book_html):
         m = re.fullmatch(r"chapters/(\d\d)_[a-z0-9_]+\.html", href)
         assert m, f"the map links to {href}, not a chapter"
         numbers.add(int(m.group(1)))
-    assert numbers == set(range(1, 11)), f"the map does not cover chapters 1-10: {sorted(numbers)}"
+    in_toc = {int(Path(c).name[:2]) for c in CHAPTERS}
+    assert numbers == in_toc, f"the map covers chapters {sorted(numbers)}, the toc {sorted(in_toc)}"
     clicks = 0
     for chapter in CHAPTERS:  # every chapter in the toc: linked, and clicking it opens that chapter
         href = f"{chapter}.html"

@@ -122,3 +122,47 @@ def test_cpu_code_paths_are_pinned_for_reproducible_outputs():
 
     assert torch.backends.cpu.get_cpu_capability() == "AVX2"
     assert os.environ["MKL_CBWR"] == "AVX2" and os.environ["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+
+
+def shown_text(cell) -> str:
+    """Everything a code cell printed or displayed as text."""
+    return "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                   for o in cell["outputs"])
+
+
+def tagged(nb, tag):
+    return [c for c in code_cells(nb) if tag in c["metadata"].get("tags", [])]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_exercise_checker_refuses_the_stub_and_a_wrong_answer_and_passes_the_solution(path):
+    """The "Your turn" convention: the exercise cell (tag `exercise`) runs the checker on the stub, which
+    says NOT YET; the solution cell (tags `hide-input` + `solution`) runs it on the solution (PASS) and on a
+    plausible wrong answer kept beside it (NOT YET). Read from the committed outputs, which nbval re-checks."""
+    nb = load(path)
+    exercises, solutions = tagged(nb, "exercise"), tagged(nb, "solution")
+    assert len(exercises) == 1 and len(solutions) == 1, f"{path.name}: one exercise and one solution cell"
+    assert "hide-input" in solutions[0]["metadata"]["tags"], f"{path.name}: the solution must be collapsed"
+    stub, solved = shown_text(exercises[0]), shown_text(solutions[0])
+    assert "NOT YET" in stub and "PASS" not in stub, f"{path.name}: the stub is not refused: {stub!r}"
+    assert "PASS" in solved, f"{path.name}: the solution does not pass: {solved!r}"
+    assert "NOT YET" in solved, f"{path.name}: no wrong answer refused beside the solution: {solved!r}"
+
+
+def quiz_key_positions(nb) -> list[int]:
+    """For every quiz question shown in the chapter, the position (0 = first) of its right option."""
+    positions = []
+    for cell in code_cells(nb):
+        html = "".join("".join(o.get("data", {}).get("text/html", "")) for o in cell["outputs"])
+        for question in html.split('<div class="tl-q"')[1:]:
+            flags = re.findall(r'<button[^>]*data-correct="(true|false)"', question)
+            assert flags.count("true") == 1, "each question has exactly one right option"
+            positions.append(flags.index("true"))
+    return positions
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_quiz_keys_are_not_all_in_one_position(path):
+    positions = quiz_key_positions(load(path))
+    assert len(positions) >= 2, f"{path.name}: a quick check needs at least two questions"
+    assert len(set(positions)) > 1, f"{path.name}: every key sits at position {positions[0] + 1}"

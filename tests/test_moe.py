@@ -236,3 +236,68 @@ def test_moe_builds_the_experts_it_is_given():
 def test_bad_moe_config_raises(changes, field):
     with pytest.raises(ValueError, match=field):
         TINY.replace(**changes)
+
+
+@pytest.mark.parametrize("renormalize", [True, False])
+def test_top1_router_gets_language_model_gradient_only_without_renormalisation(renormalize):
+    # Switch Transformer: with k = 1 the expert's output is scaled by its raw probability p, so the
+    # language-model loss reaches the router; renormalised (p / p = 1) it does not.
+    torch.manual_seed(0)
+    model = TinyLM(moe_cfg(4, 1, mlp_aux_weight=0.0, moe_renormalize=renormalize))
+    idx, targets = torch.randint(0, 64, (2, 12)), torch.randint(0, 64, (2, 12))
+    _, loss = model(idx, targets)                   # the language-model loss alone (aux weight 0)
+    loss.backward()
+    router_grad = sum(layer.mlp.gate.weight.grad.abs().sum().item() for layer in model.layers)
+    if renormalize:
+        assert router_grad < 1e-9
+    else:
+        assert router_grad > 1e-6
+
+
+def test_without_renormalisation_the_weights_are_the_raw_probabilities():
+    torch.manual_seed(0)
+    cfg = moe_cfg(4, 2, moe_renormalize=False)
+    moe = MoE(cfg, expert=lambda: SwiGLU(cfg.dim, cfg.ffn_dim))
+    x = torch.randn(2, 5, 16)
+    weights, ids, probs = moe.route(x)
+    torch.testing.assert_close(weights, probs.gather(1, ids))
+    assert (weights.sum(-1) < 1).all()
+    torch.testing.assert_close(moe(x), moe_naive(moe, x), atol=1e-5, rtol=1e-5)
+
+
+def test_load_balancing_loss_is_one_for_flat_probabilities_whatever_the_assignment():
+    # P_i = 1/E for every expert: E * sum_i f_i / E = sum_i f_i = 1, even with every slot on expert 0.
+    moe = make_moe(4, 1)
+    ids = torch.zeros(10, 1, dtype=torch.long)
+    flat = torch.full((10, 4), 0.25)
+    assert moe.load_balancing_loss(ids, flat).item() == pytest.approx(1.0)
+
+
+def test_moe_every_puts_experts_in_every_kth_block():
+    cfg = TINY.replace(n_layers=4, n_experts=4, experts_per_token=2, moe_every=2)
+    torch.manual_seed(0)
+    model = TinyLM(cfg)
+    assert [isinstance(layer.mlp, MoE) for layer in model.layers] == [False, True, False, True]
+    assert [cfg.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    counts = count_params(cfg)
+    assert counts.total == sum(p.numel() for p in model.parameters())
+    dense_ff = 3 * cfg.dim * cfg.ffn_dim
+    router = cfg.n_experts * cfg.dim
+    assert counts.feed_forward == 2 * dense_ff + 2 * (router + 4 * dense_ff)
+    assert counts.active_feed_forward == 2 * dense_ff + 2 * (router + 2 * dense_ff)
+    idx, targets = torch.randint(0, 64, (2, 12)), torch.randint(0, 64, (2, 12))
+    logits, loss = model(idx, targets)
+    aux = torch.stack([model.layers[1].mlp.aux_loss, model.layers[3].mlp.aux_loss]).mean()
+    torch.testing.assert_close(model.last_aux_loss, aux)           # the mean over the MoE blocks only
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    assert (loss - ce).item() == pytest.approx(cfg.mlp_aux_weight * aux.item(), abs=1e-6)
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(n_experts=4, moe_every=0), "moe_every"),
+    (dict(n_experts=4, moe_every=3), "moe_every"),            # TINY has 2 layers: no block would get experts
+    (dict(n_experts=4, moe_renormalize=1), "moe_renormalize"),
+])
+def test_bad_moe_placement_or_routing_raises(changes, field):
+    with pytest.raises(ValueError, match=field):
+        TINY.replace(**changes)

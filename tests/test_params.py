@@ -40,15 +40,17 @@ def configs(draw):
     n_heads = n_kv * draw(st.integers(1, 3))
     head_dim = 2 * draw(st.integers(1, 8))
     n_experts = draw(st.sampled_from([0, 0, 1, 3]))
+    n_layers = draw(st.integers(1, 3))
     return Config(
-        vocab_size=draw(st.integers(1, 300)), dim=n_heads * head_dim, n_layers=draw(st.integers(1, 3)),
+        vocab_size=draw(st.integers(1, 300)), dim=n_heads * head_dim, n_layers=n_layers,
         n_heads=n_heads, n_kv_heads=n_kv, ffn_dim=draw(st.integers(1, 64)), max_seq_len=draw(st.integers(1, 64)),
         qk_norm=draw(st.booleans()), tie_embeddings=draw(st.booleans()), n_experts=n_experts,
         experts_per_token=1 if n_experts < 2 else draw(st.sampled_from([1, 2])),
+        moe_every=draw(st.integers(1, n_layers)), moe_renormalize=draw(st.booleans()),
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=300, deadline=None)  # chapter 1 says: hundreds of random configs
 @given(configs())
 def test_count_equals_numel_for_any_config(cfg):
     assert count_params(cfg).total == numel(cfg)

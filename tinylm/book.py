@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import hashlib
 import html
 import io
 import itertools
 import json
 import os
+import random
 import re
 import signal
 import threading
@@ -140,32 +142,53 @@ background:#fff;color:#1d2733;cursor:pointer;text-align:left;font:inherit}
 </style>"""
 
 
+def _option_orders(key: str, questions: Sequence[Question]) -> list[list[int]]:
+    """The order in which each question shows its options: a shuffle seeded by the quiz key and the
+    question's index (the same on every run), so the right answer does not sit where it was written.
+    When a shuffle would put the key where the previous question's key was shown, it is rotated by one
+    place, so a quiz of two or more questions never has all its keys in one position."""
+    orders, previous = [], None
+    for n, q in enumerate(questions):
+        seed = int.from_bytes(hashlib.sha256(f"{key}/{n}".encode()).digest()[:8], "big")
+        order = list(range(len(q.options)))
+        random.Random(seed).shuffle(order)
+        if order.index(q.answer) == previous:
+            order = order[1:] + order[:1]
+        previous = order.index(q.answer)
+        orders.append(order)
+    return orders
+
+
 class Quiz:
-    """A list of questions rendered as HTML buttons; clicking one shows its feedback (pure JS)."""
+    """A list of questions rendered as HTML buttons; clicking one shows its feedback (pure JS).
+
+    Each question's options are shown in a shuffled, fixed order (`_option_orders`); `Question.answer`
+    still indexes the options as written."""
 
     def __init__(self, key: str, questions: Sequence[Question]):
         if not questions:
             raise ValueError("questions must not be empty")
         self.key, self.questions = _slug(key), list(questions)
+        self.orders = _option_orders(self.key, self.questions)
 
     def _repr_html_(self) -> str:
         parts = [_QUIZ_CSS, f'<div class="tl-quiz" id="tl-quiz-{self.key}"><b>Quick check</b>']
-        for n, q in enumerate(self.questions):
+        for n, (q, order) in enumerate(zip(self.questions, self.orders)):
             parts.append(f'<div class="tl-q" id="tl-quiz-{self.key}-{n}"><p>{n + 1}. {html.escape(q.question)}</p>')
-            for i, (option, fb) in enumerate(zip(q.options, q.feedback)):
-                verdict = ("Right. " if i == q.answer else "Not quite. ") + fb
+            for i in order:
+                verdict = ("Right. " if i == q.answer else "Not quite. ") + q.feedback[i]
                 js = _QUIZ_JS.format(fb=json.dumps(verdict), ok="true" if i == q.answer else "false")
                 parts.append(f'<button type="button" data-correct="{str(i == q.answer).lower()}" '
-                             f'onclick="{html.escape(js)}">{html.escape(option)}</button>')
+                             f'onclick="{html.escape(js)}">{html.escape(q.options[i])}</button>')
             parts.append('<div class="tl-feedback" aria-live="polite"></div></div>')
         parts.append("</div>")
         return "".join(parts)
 
     def __repr__(self) -> str:
         lines = [f"Quick check ({len(self.questions)} questions): click an answer to see feedback."]
-        for n, q in enumerate(self.questions):
+        for n, (q, order) in enumerate(zip(self.questions, self.orders)):
             lines.append(f"{n + 1}. {q.question}")
-            lines += [f"   {chr(97 + i)}) {o}" for i, o in enumerate(q.options)]
+            lines += [f"   {chr(97 + j)}) {q.options[i]}" for j, i in enumerate(order)]
         return "\n".join(lines)
 
 
@@ -237,11 +260,27 @@ def _call_with_deadline(fn: Callable, args: Sequence, seconds: float) -> Any:
     return done["value"]
 
 
+# The least tolerance an answer in each dtype gets: float32 keeps about 7 digits, float16 3, bfloat16 2.
+_TOLERANCE_FLOOR = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}
+
+
+def _as_numpy(value: Any) -> tuple[np.ndarray, str]:
+    """An answer as a NumPy array, and the name of the dtype it came in (a torch tensor's too)."""
+    if hasattr(value, "detach") and hasattr(value, "dtype"):  # a torch tensor (bfloat16 has no NumPy twin)
+        tensor = value.detach().cpu()
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        return (tensor.double() if tensor.is_floating_point() else tensor).numpy(), dtype
+    array = np.asarray(value)
+    return array, array.dtype.name
+
+
 def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tuple], *,
                    atol: float = 1e-6, rtol: float = 1e-6, name: str = "your function",
                    timeout: float = 10.0) -> Verdict:
     """Call both functions on each case (a tuple of arguments) and say whether the outputs agree.
 
+    The learner may answer with a NumPy array or a torch tensor. A float32 (or 16-bit) answer is held to
+    its precision, at least `_TOLERANCE_FLOOR[dtype]`, and a NOT YET names the dtype and the tolerance.
     The learner's function gets `timeout` seconds for all the cases together: an endless loop ends in a
     NOT YET verdict instead of a kernel that never answers.
     """
@@ -269,17 +308,25 @@ def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tu
             return Verdict(False, f"{name} raised {type(e).__name__}: {e} on case {n + 1}.")
         if got is None:
             return Verdict(False, f"{name} returned None; did you forget `return`?")
-        got = np.asarray(got)
+        got, dtype = _as_numpy(got)
         if got.shape != expected.shape:
             return Verdict(False, f"case {n + 1}: shape {got.shape}, expected {expected.shape}.")
-        if not np.allclose(got, expected, atol=atol, rtol=rtol):
-            err = float(np.max(np.abs(got - expected)))
-            return Verdict(False, f"case {n + 1}: values differ by up to {err:.3g} (tolerance {atol:g}).")
+        floor = _TOLERANCE_FLOOR.get(dtype, 0.0)  # a float32 answer cannot match to 1e-9
+        tol_a, tol_r = max(atol, floor), max(rtol, floor)
+        if not np.allclose(got, expected, atol=tol_a, rtol=tol_r):
+            with np.errstate(invalid="ignore"):                  # inf - inf: equal infinities are no error
+                gap = np.where(got == expected, 0.0, np.abs(got - expected))
+            err = float(np.nan_to_num(gap, nan=np.inf, posinf=np.inf).max())
+            if np.isinf(err):
+                return Verdict(False, f"case {n + 1}: some values are infinite (or nan) where the "
+                                      "reference's are not, or the other way round.")
+            return Verdict(False, f"case {n + 1}: values differ by up to {err:.3g} "
+                                  f"(tolerance {tol_a:g} for {dtype} values).")
     return Verdict(True, f"{name} matches the reference on {len(cases)} random cases.")
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 10's exercise: the learner writes SwiGLU's backward
+# Chapter 11's exercise: the learner writes SwiGLU's backward
 # ---------------------------------------------------------------------------------------------
 _SWIGLU_GRADS = ("dx", "dgate_w", "dup_w", "ddown_w")
 

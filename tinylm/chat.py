@@ -7,7 +7,8 @@ Template (the specials are single tokens, never produced by ordinary text):
 
 Fine-tuning supervises only what the assistant says (its text and the <eos> that closes its turn): every
 other position gets the label -100, which `F.cross_entropy(..., ignore_index=-100)` skips. The model still
-reads the user's words; it just isn't trained to produce them (as in InstructGPT, Ouyang et al., 2022).
+reads the user's words; it just isn't trained to produce them (as in Llama 2's fine-tuning, which "zero[es]
+out the loss on tokens from the user prompt": Touvron et al., 2023).
 """
 
 from __future__ import annotations

@@ -34,6 +34,10 @@ class Config:
     n_experts: int = 0          # 0: dense SwiGLU; >0: mixture of this many SwiGLU experts
     experts_per_token: int = 2  # top-k experts each token is sent to (1 or 2; used when n_experts > 0)
     mlp_aux_weight: float = 0.01  # weight of the MoE load-balancing loss in the loss (Switch: 0.01)
+    moe_every: int = 1          # experts in every moe_every-th block (blocks moe_every, 2*moe_every, ...
+                                # counted from 1; Qwen2-MoE's decoder_sparse_step); the others stay dense
+    moe_renormalize: bool = True  # top-k weights rescaled to sum to 1 (Mixtral); False: raw router
+                                  # probabilities (Switch Transformer), so top-1 routing still learns
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim"):
@@ -63,6 +67,13 @@ class Config:
                            check_int("n_experts", self.n_experts, low=0, hint=" (0 means dense SwiGLU)"))
         object.__setattr__(self, "experts_per_token", check_one_of("experts_per_token", self.experts_per_token, (1, 2)))
         object.__setattr__(self, "mlp_aux_weight", check_number("mlp_aux_weight", self.mlp_aux_weight, 0))
+        object.__setattr__(self, "moe_every", check_int("moe_every", self.moe_every, low=1))
+        check_bool("moe_renormalize", self.moe_renormalize)
+        if self.n_experts and self.moe_every > self.n_layers:
+            raise ValueError(
+                f"moe_every ({self.moe_every}) exceeds n_layers ({self.n_layers}): no block would get "
+                f"experts; use moe_every <= {self.n_layers}, or n_experts=0 for a dense model"
+            )
         if self.n_experts and self.experts_per_token > self.n_experts:
             raise ValueError(
                 f"experts_per_token ({self.experts_per_token}) cannot exceed n_experts ({self.n_experts})"
@@ -72,6 +83,10 @@ class Config:
     def head_dim(self) -> int:
         """Dimensions per attention head: dim // n_heads."""
         return self.dim // self.n_heads
+
+    def is_moe_layer(self, layer_idx: int) -> bool:
+        """Whether block `layer_idx` (0-based) has experts instead of one SwiGLU."""
+        return self.n_experts > 0 and (layer_idx + 1) % self.moe_every == 0
 
     @property
     def n_rep(self) -> int:

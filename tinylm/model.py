@@ -175,7 +175,7 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.self_attn = Attention(cfg, layer_idx)
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
-        if cfg.n_experts:  # chapter 7: a router and n_experts SwiGLU experts
+        if cfg.is_moe_layer(layer_idx):  # chapter 8: a router and n_experts SwiGLU experts
             self.mlp = MoE(cfg, expert=lambda: SwiGLU(cfg.dim, cfg.ffn_dim))
         else:
             self.mlp = SwiGLU(cfg.dim, cfg.ffn_dim)
@@ -233,7 +233,7 @@ class TinyLM(nn.Module):
         Targets equal to -100 are ignored; if all are, the loss is 0 with zero gradients (`train` warns
         when a batch has nothing to learn, `evaluate` refuses to score nothing). With a cache, idx holds the positions cache.pos ... cache.pos + T - 1.
         With experts (cfg.n_experts > 0) the loss includes cfg.mlp_aux_weight x the mean load-balancing
-        loss of the layers, kept as `last_aux_loss`.
+        loss of the MoE layers, kept as `last_aux_loss`.
         """
         self._check_input(idx, targets, cache)
         x = self.embed_tokens(idx)                                       # (B, T, C)
@@ -253,7 +253,8 @@ class TinyLM(nn.Module):
         # a masked-out batch teaches nothing. torch.where keeps the usual value bit for bit, with no sync.
         loss = torch.where((targets != IGNORE_INDEX).any(), loss, 0.0)
         if self.cfg.n_experts:  # mixture of experts: the load-balancing loss joins the training loss
-            self.last_aux_loss = torch.stack([layer.mlp.aux_loss for layer in self.layers]).mean()
+            self.last_aux_loss = torch.stack([layer.mlp.aux_loss for layer in self.layers
+                                              if isinstance(layer.mlp, MoE)]).mean()
             loss = loss + self.cfg.mlp_aux_weight * self.last_aux_loss
         return logits, loss
 

@@ -1,6 +1,6 @@
 """Mixture of experts: a router sends each token to its top-k of several SwiGLU experts.
 
-    x (B, T, C) ──► gate ──► softmax ──► top-k ──► renormalise       weights (N, k), expert ids (N, k)
+    x (B, T, C) ──► gate ──► softmax ──► top-k ──► (renormalise)     weights (N, k), expert ids (N, k)
                 │
                 └──► group token-slots by expert ──► expert e runs once on its group ──► weighted sum back
 
@@ -13,7 +13,9 @@ The experts are whatever module `expert()` builds (TinyLM passes a SwiGLU factor
 nothing of `tinylm.model`.
 
 Note on k = 1: after renormalisation the single weight is always exactly 1, so the language-model loss
-sends no gradient to the router; with top-1 only the load-balancing loss trains it.
+sends no gradient to the router, and only the load-balancing loss moves it (towards balance, not towards
+the expert that suits a token). Switch Transformer keeps the raw probability p instead (expert output
+times p): `cfg.moe_renormalize=False` does that, and the language-model loss reaches the router again.
 """
 
 from __future__ import annotations
@@ -42,23 +44,32 @@ class MoE(nn.Module):
             raise ValueError(f"expert must be a function that builds one expert, such as "
                              f"lambda: SwiGLU(cfg.dim, cfg.ffn_dim); got {type(expert).__name__}")
         self.n_experts, self.top_k = cfg.n_experts, cfg.experts_per_token
+        self.renormalize = cfg.moe_renormalize
         self.gate = nn.Linear(cfg.dim, cfg.n_experts, bias=False)  # the router
         self.experts = nn.ModuleList(expert() for _ in range(cfg.n_experts))
         self.aux_loss: torch.Tensor | None = None
         self.last_counts: torch.Tensor | None = None
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (..., C) -> weights (N, k) summing to one per token, expert_ids (N, k), probs (N, E) in fp32."""
+        """x (..., C) -> weights (N, k), expert_ids (N, k), probs (N, E) in fp32.
+
+        The weights sum to one per token when `renormalize` (Mixtral); otherwise they are the raw
+        router probabilities of the chosen experts (Switch Transformer).
+        """
         logits = self.gate(x.reshape(-1, x.shape[-1]))                  # (N, E)
         probs = logits.float().softmax(dim=-1)                          # (N, E), fp32 like HF
         weights, expert_ids = probs.topk(self.top_k, dim=-1)           # (N, k), (N, k)
-        weights = weights / weights.sum(dim=-1, keepdim=True)           # (N, k), Mixtral renormalisation
+        if self.renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)       # (N, k), Mixtral
         return weights, expert_ids, probs
 
     def load_balancing_loss(self, expert_ids: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
         """Switch loss E * sum_i f_i * P_i: f_i share of token-slots sent to expert i, P_i its mean probability.
 
-        Equals 1 when routing is uniform; grows to E when every token goes to one confident expert.
+        Equals 1 when routing is uniform, and grows to E when every token goes to one confident expert.
+        But 1 does not prove balance: with flat mean probabilities (P_i = 1/E) it is sum_i f_i = 1 whatever
+        the assignment. Hugging Face's Mixtral loss differs in two ways: its f_i counts all k choices per
+        token (k at balance, not 1), and it pools f and P over all layers before the product.
         """
         counts = torch.bincount(expert_ids.flatten(), minlength=self.n_experts)  # (E,)
         f = counts.float() / expert_ids.numel()                          # (E,), no gradient (argmax)
@@ -96,7 +107,8 @@ def moe_naive(moe: MoE, x: torch.Tensor) -> torch.Tensor:
     for token in flat:                                                   # (C,)
         probs = moe.gate(token).float().softmax(dim=-1)                  # (E,)
         weights, ids = probs.topk(moe.top_k)                             # (k,), (k,)
-        weights = weights / weights.sum()
+        if moe.renormalize:
+            weights = weights / weights.sum()
         y = torch.zeros_like(token)
         for w, e in zip(weights, ids.tolist()):
             y = y + w.to(x.dtype) * moe.experts[e](token)

@@ -25,15 +25,22 @@ def clip_grad_norm(grads: dict[str, np.ndarray], max_norm: float) -> float:
     return total
 
 
+def decays(shape: tuple[int, ...]) -> bool:
+    """The course's weight-decay rule: matrices (embedding, projections) are decayed, 1-D norm gains are
+    not (pulling a gain towards 0 would shrink every activation). `adamw_step` and
+    `tinylm.train.make_optimizer` both follow it."""
+    return len(shape) >= 2
+
+
 def adamw_step(params: dict[str, np.ndarray], grads: dict[str, np.ndarray], state: dict, lr: float = 1e-3,
                betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01) -> None:
     """One AdamW update of params, in place. Defaults are torch.optim.AdamW's.
 
     state: an empty dict before the first step; it keeps the step count and the moment estimates.
-        p <- p * (1 - lr * wd)                         decoupled weight decay
+        p <- p * (1 - lr * wd)                         decoupled weight decay (matrices only: `decays`)
         m <- b1 m + (1 - b1) g,   v <- b2 v + (1 - b2) g^2
         p <- p - lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps)
-    Weight decay applies to every key (as torch does for a single parameter group).
+    The same update as torch.optim.AdamW with `make_optimizer`'s two parameter groups.
     """
     missing = sorted(set(params) - set(grads))
     if missing:
@@ -49,7 +56,8 @@ def adamw_step(params: dict[str, np.ndarray], grads: dict[str, np.ndarray], stat
     bias1, bias2_sqrt = 1 - b1 ** t, np.sqrt(1 - b2 ** t)
     for k, p in params.items():
         g, m, v = grads[k], state["exp_avg"][k], state["exp_avg_sq"][k]
-        p *= 1 - lr * weight_decay
+        if decays(p.shape):
+            p *= 1 - lr * weight_decay
         m += (1 - b1) * (g - m)
         v *= b2
         v += (1 - b2) * g * g

@@ -15,8 +15,13 @@ from ._checks import check_int
 from .config import Config
 
 
-def block_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of the weights of one block (names inside `layers.i.`); linear weights are (out, in)."""
+def block_shapes(cfg: Config, moe: bool | None = None) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of the weights of one block (names inside `layers.i.`); linear weights are (out, in).
+
+    moe: whether this block has experts; None means a block with experts if the config has any
+    (with `cfg.moe_every` > 1 only some blocks do: `weight_shapes` asks `cfg.is_moe_layer(i)`).
+    """
+    moe = cfg.n_experts > 0 if moe is None else moe
     C, F, D = cfg.dim, cfg.ffn_dim, cfg.head_dim
     shapes: dict[str, tuple[int, ...]] = {
         "input_layernorm.weight": (C,),
@@ -29,7 +34,7 @@ def block_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
         shapes |= {"self_attn.q_norm.weight": (D,), "self_attn.k_norm.weight": (D,)}
     shapes["post_attention_layernorm.weight"] = (C,)
     swiglu = {"gate_proj.weight": (F, C), "up_proj.weight": (F, C), "down_proj.weight": (C, F)}
-    if cfg.n_experts == 0:
+    if not moe:
         shapes |= {"mlp." + k: s for k, s in swiglu.items()}
     else:  # the router, then the experts (tinylm.moe)
         shapes["mlp.gate.weight"] = (cfg.n_experts, C)
@@ -44,8 +49,8 @@ def weight_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
     `count_params` counts it once.
     """
     shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.vocab_size, cfg.dim)}
-    block = block_shapes(cfg)
     for i in range(cfg.n_layers):
+        block = block_shapes(cfg, moe=cfg.is_moe_layer(i))
         shapes |= {f"layers.{i}.{k}": s for k, s in block.items()}
     shapes["norm.weight"] = (cfg.dim,)
     shapes["lm_head.weight"] = (cfg.vocab_size, cfg.dim)
@@ -90,7 +95,7 @@ def attention_params(cfg: Config) -> int:
 
 
 def feed_forward_params(cfg: Config) -> int:
-    """One block's SwiGLU (gate, up, down: 3 x dim x ffn_dim), or router + experts with MoE."""
+    """One block's SwiGLU (gate, up, down: 3 x dim x ffn_dim), or router + experts in an MoE block."""
     return _numel(block_shapes(cfg), lambda k: k.startswith("mlp."))
 
 
@@ -98,9 +103,9 @@ def count_params(cfg: Config) -> ParamCount:
     """Count every weight of `TinyLM(cfg)` from the config alone: sums over `weight_shapes(cfg)`."""
     shapes = weight_shapes(cfg)
     feed_forward = _numel(shapes, lambda k: ".mlp." in k)
-    active_ff = feed_forward if cfg.n_experts == 0 else (   # a token uses the router and top-k experts
-        _numel(shapes, lambda k: ".mlp.gate." in k)
-        + cfg.experts_per_token * _numel(shapes, lambda k: ".mlp.experts.0." in k))
+    # a token uses every dense feed-forward, and in each MoE block the router and top-k experts
+    active_ff = (_numel(shapes, lambda k: ".mlp." in k and ".mlp.experts." not in k)
+                 + cfg.experts_per_token * _numel(shapes, lambda k: ".mlp.experts.0." in k))
     return ParamCount(
         embedding=_numel(shapes, lambda k: k == "embed_tokens.weight"),
         attention=_numel(shapes, lambda k: ".self_attn." in k),

@@ -22,7 +22,7 @@ def causal_mask(T: int, S: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# RoPE speeds (Su et al., 2021), and running past the trained length: rescaled speeds (chapter 3)
+# RoPE speeds (Su et al., 2021), and running past the trained length: rescaled speeds (chapter 4)
 #
 #   "pi"   position interpolation (Chen et al., 2023): every speed divided by `factor`.
 #   "ntk"  NTK-aware base (bloc97, 2023): base * factor**(D/(D-2)); the slowest pair slows by exactly
@@ -40,7 +40,8 @@ def rope_inv_freq(head_dim: int, base: float = 10000.0, scaling: str | None = No
 
     scaling=None gives base**(-2i/head_dim), the speeds of `rope_tables` (torch and NumPy); "pi", "ntk"
     and "yarn" rescale them so that `factor` times `original_max_len` positions reuse the angles seen in
-    training.
+    training. Speeds only: YaRN also multiplies cos and sin by 0.1 ln(factor) + 1 (Hugging Face's
+    `attention_scaling`), which the caller applies.
     """
     if check_int("head_dim", head_dim, low=1) % 2:
         raise ValueError(f"head_dim must be a positive even number (RoPE rotates pairs), got {head_dim}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# shared with the torch model; chapter 3 calls ref.rope_inv_freq
+# shared with the torch model; chapter 4 calls ref.rope_inv_freq
 from .positions import ROPE_SCALINGS, causal_mask, rope_inv_freq  # noqa: F401
 
 

@@ -27,6 +27,7 @@ from .. import distributed
 from .._checks import IGNORE_INDEX, check_int, check_number
 from ..config import Config
 from ..model import TinyLM
+from ..optim import decays
 from ..tokenizer import BPETokenizer
 from .checkpoint import Checkpoint, restore_optimizer, save_checkpoint
 from .settings import History, TrainConfig, check_lr
@@ -124,13 +125,14 @@ def make_optimizer(model: TinyLM, lr: float, weight_decay: float, betas: tuple[f
                    eps: float = 1e-8) -> torch.optim.AdamW:
     """AdamW (Loshchilov & Hutter, 2019) with weight decay on matrices (embedding, projections) only.
 
-    Norm gains (1-D) are not decayed: pulling them towards 0 would shrink every activation.
+    Norm gains (1-D) are not decayed: the rule is `tinylm.optim.decays`, which the NumPy `adamw_step`
+    follows too.
     """
     check_number("lr", lr, 0, low_open=True)
     check_number("weight_decay", weight_decay, 0)
     params = [p for p in model.parameters() if p.requires_grad]   # the tied embedding/head appears once
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [{"params": [p for p in params if decays(p.shape)], "weight_decay": weight_decay},
+              {"params": [p for p in params if not decays(p.shape)], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
 
 
