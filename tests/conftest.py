@@ -19,6 +19,11 @@ SMALL_CONFIGS = {
                      tie_embeddings=False),
     "qk-norm-untied": Config(vocab_size=97, dim=48, n_layers=3, n_heads=6, n_kv_heads=3, ffn_dim=64,
                              max_seq_len=32, qk_norm=True, tie_embeddings=False, rope_base=500000.0),
+    # head_dim set apart from dim // n_heads: heads wider than their share (Qwen3-0.6B), and narrower
+    "wide-heads-qk-norm": Config(vocab_size=101, dim=48, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
+                                 ffn_dim=64, max_seq_len=32, qk_norm=True),
+    "narrow-heads": Config(vocab_size=101, dim=64, n_layers=2, n_heads=4, n_kv_heads=1, head_dim=6, ffn_dim=96,
+                           max_seq_len=32, tie_embeddings=False),
 }
 
 

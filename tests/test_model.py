@@ -169,3 +169,29 @@ def test_targets_must_match_idx():
         TinyLM(cfg)(torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="Config"):
         TinyLM({"dim": 32})
+
+
+def test_from_weights_takes_the_tensors_without_copying(small_cfg):
+    model = TinyLM(small_cfg).eval()
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    if small_cfg.tie_embeddings:
+        del weights["lm_head.weight"]                       # a tied head may be left out
+    built = TinyLM.from_weights(small_cfg, weights)
+    assert not built.training
+    assert built.embed_tokens.weight.data_ptr() == weights["embed_tokens.weight"].data_ptr()  # no copy
+    assert (built.lm_head.weight is built.embed_tokens.weight) == small_cfg.tie_embeddings
+    assert sum(p.numel() for p in built.parameters()) == sum(p.numel() for p in model.parameters())
+    assert torch.equal(built.cos, model.cos) and built.cos.device.type == "cpu"
+    idx = torch.randint(0, small_cfg.vocab_size, (2, 7))
+    assert torch.equal(built(idx)[0], model(idx)[0])
+
+
+def test_from_weights_says_what_does_not_fit():
+    cfg = Config(vocab_size=50, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16)
+    weights = dict(TinyLM(cfg).state_dict())
+    with pytest.raises(ValueError, match="missing .*layers.0.mlp.up_proj.weight"):
+        TinyLM.from_weights(cfg, {k: v for k, v in weights.items() if "up_proj" not in k})
+    with pytest.raises(ValueError, match=r"wrong shapes .*norm.weight \(31,\)"):
+        TinyLM.from_weights(cfg, weights | {"norm.weight": torch.ones(31)})
+    with pytest.raises(ValueError, match="unexpected .*extra"):
+        TinyLM.from_weights(cfg, weights | {"extra": torch.ones(1)})

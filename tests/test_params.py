@@ -41,9 +41,11 @@ def configs(draw):
     head_dim = 2 * draw(st.integers(1, 8))
     n_experts = draw(st.sampled_from([0, 0, 1, 3]))
     n_layers = draw(st.integers(1, 3))
+    free_head_dim = draw(st.booleans())   # head_dim set apart from dim // n_heads (Qwen3), or derived
     return Config(
-        vocab_size=draw(st.integers(1, 300)), dim=n_heads * head_dim, n_layers=n_layers,
-        n_heads=n_heads, n_kv_heads=n_kv, ffn_dim=draw(st.integers(1, 64)), max_seq_len=draw(st.integers(1, 64)),
+        vocab_size=draw(st.integers(1, 300)), dim=draw(st.integers(1, 40)) if free_head_dim else n_heads * head_dim,
+        n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv,
+        head_dim=head_dim if free_head_dim else None, ffn_dim=draw(st.integers(1, 64)), max_seq_len=draw(st.integers(1, 64)),
         qk_norm=draw(st.booleans()), tie_embeddings=draw(st.booleans()), n_experts=n_experts,
         experts_per_token=1 if n_experts < 2 else draw(st.sampled_from([1, 2])),
         moe_every=draw(st.integers(1, n_layers)), moe_renormalize=draw(st.booleans()),
@@ -75,6 +77,14 @@ def test_kv_cache_bytes_reference_figures():
     assert mha == 2 * 8 * 8 * 2048 * 96 * 2 == 50_331_648
     assert (gqa, mqa) == (mha // 2, mha // 8)
     assert kv_cache_bytes(cfg, 10, batch=3, bytes_per=4) == 2 * 8 * 3 * 4 * 10 * 96 * 4
+
+
+def test_head_dim_sets_the_attention_shapes_and_the_cache():
+    cfg = Config(vocab_size=50, dim=48, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=64)
+    p = count_params(cfg)
+    assert p.attention == 2 * (2 * 48 * 4 * 16 + 2 * 48 * 2 * 16)   # q, o: 48 x 64; k, v: 48 x 32
+    assert p.total == numel(cfg)
+    assert kv_cache_bytes(cfg, 10) == 2 * 2 * 1 * 2 * 10 * 16 * 4 == KVCache(cfg, 1, 10).nbytes
 
 
 def test_kv_cache_bytes_and_kv_cache_default_to_the_same_dtype():

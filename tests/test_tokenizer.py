@@ -5,6 +5,7 @@ import importlib.util
 import json
 import re
 import time
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 
@@ -12,7 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinylm.tokenizer import DEFAULT_SPECIALS, PATTERN, BPETokenizer
+from tinylm.tokenizer import (
+    DEFAULT_SPECIALS, GPT2_PATTERN, MAX_TOKEN_BYTES, PATTERN, SMOLLM_PATTERN, SPLIT_PATTERNS, BPETokenizer, _merge,
+    split_pattern,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tinylm" / "data" / "dialogues.txt"
@@ -206,7 +210,22 @@ def test_save_load_gives_identical_encodings(tok, tmp_path):
         assert back.encode(s) == tok.encode(s)
         assert back.encode(s, allow_specials=True) == tok.encode(s, allow_specials=True)
     d = json.loads(path.read_text())
-    assert d["format"] == "tinylm-bpe" and d["version"] == 1
+    assert d["format"] == "tinylm-bpe" and d["version"] == 2 and d["pattern"] == "tinylm"
+    assert back.chat_template == tok.chat_template and (back.bos, back.eos) == ("<bos>", "<eos>")
+
+
+def test_version_1_files_still_load(tok, tmp_path):
+    """Chapter 10's and the command line's saved tokenizers: the course's layout, the pattern written out."""
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps({"format": "tinylm-bpe", "version": 1, "pattern": PATTERN,
+                                "specials": list(tok.specials), "merges": [list(m) for m in tok.merges]}))
+    back = BPETokenizer.load(path)
+    assert back.special_ids == tok.special_ids and back.pattern_name == "tinylm"
+    for s in UNSEEN + [TEXT[:3000]]:
+        assert back.encode(s, allow_specials=True) == tok.encode(s, allow_specials=True)
+
+
+V1 = '{"format": "tinylm-bpe", "version": 1, "pattern": "tinylm", '
 
 
 @pytest.mark.parametrize("content, message", [
@@ -214,12 +233,15 @@ def test_save_load_gives_identical_encodings(tok, tmp_path):
     ("[1, 2]", "JSON object"),
     ('{"format": "other", "version": 1}', "format"),
     ('{"format": "tinylm-bpe", "version": 99, "pattern": "x", "specials": [], "merges": []}', "version"),
-    ('{"format": "tinylm-bpe", "version": 1, "pattern": "x", "specials": []}', "merges"),
-    ('{"format": "tinylm-bpe", "version": 1, "pattern": "(", "specials": [], "merges": []}', "pattern"),
-    ('{"format": "tinylm-bpe", "version": 1, "pattern": "x", "specials": [], "merges": [[1, 300]]}', "merge 0"),
-    ('{"format": "tinylm-bpe", "version": 1, "pattern": "x", "specials": [], "merges": [[1, 2, 3]]}', "merge 0"),
-    ('{"format": "tinylm-bpe", "version": 1, "pattern": "x", "specials": ["<a>", ""], "merges": []}', "specials"),
-    ('{"format": "tinylm-bpe", "version": 1, "pattern": "x", "specials": "<a>", "merges": []}', "specials"),
+    ('{"format": "tinylm-bpe", "version": true, "pattern": "x", "specials": [], "merges": []}', "version"),
+    (V1 + '"specials": []}', "merges"),
+    (V1 + '"specials": [], "merges": [[1, 300]]}', "merge 0"),
+    (V1 + '"specials": [], "merges": [[1, 2, 3]]}', "merge 0"),
+    (V1 + '"specials": ["<a>", ""], "merges": []}', "specials"),
+    (V1 + '"specials": "<a>", "merges": []}', "specials"),
+    (V1 + '"specials": [], "merges": [[97, 98], [97, 98]]}', "twice"),
+    ('{"format": "tinylm-bpe", "version": 2, "pattern": "tinylm", "specials": ["<a>"], "merges": []}', "specials"),
+    ('{"format": "tinylm-bpe", "version": 2, "pattern": "tinylm", "specials": {}, "merges": []}', "byte_ids"),
 ])
 def test_bad_files_raise_value_error(tmp_path, content, message):
     path = tmp_path / "bad.json"
@@ -261,3 +283,164 @@ def test_corpus_script_reproduces_the_shipped_files():
     text, chat = mod.make(0, mod.DIALOGUE_KB * 1000, mod.CHAT_KB * 1000)   # the script's defaults
     assert text == CORPUS.read_text(encoding="utf-8")
     assert chat == (CORPUS.parent / "chat.jsonl").read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# split patterns: only known ones, and they never lose text
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(SPLIT_PATTERNS))
+@settings(max_examples=150, deadline=None)
+@given(s=st.text(alphabet=st.characters(exclude_categories=["Cs"])) | st.text("ab 1\n\t'sdl²½٣ \u00a0\u2028\x1c"))
+def test_every_known_pattern_splits_text_into_pieces_that_join_back(name, s):
+    split = BPETokenizer([], (), name)._split
+    assert "".join(split.findall(s)) == s
+
+
+@pytest.mark.parametrize("pattern", [r"[a-z]+", r"(a+)+$|.", r"(a)|(b)", PATTERN + "|x", "", "smollm2"])
+def test_a_tokenizer_file_cannot_bring_its_own_pattern(tmp_path, pattern):
+    """A file's pattern is a known name or exactly a known pattern: '[a-z]+' would drop text, '(a+)+$|.'
+    never finishes on 'aaaa...b', two groups crash findall."""
+    path = tmp_path / "tok.json"
+    path.write_text(json.dumps({"format": "tinylm-bpe", "version": 1, "pattern": pattern, "specials": [],
+                                "merges": []}))
+    with pytest.raises(ValueError, match="unknown split pattern"):
+        BPETokenizer.load(path)
+
+
+def test_known_patterns_are_found_by_name_or_by_their_exact_text():
+    assert split_pattern("gpt2") == ("gpt2", GPT2_PATTERN) == split_pattern(GPT2_PATTERN)
+    assert BPETokenizer([], (), PATTERN).pattern_name == "tinylm"
+    assert SMOLLM_PATTERN in SPLIT_PATTERNS.values()
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile files: caps, and arguments of the wrong kind
+# ---------------------------------------------------------------------------------------------
+def test_merges_that_double_a_token_40_times_fail_in_milliseconds(tmp_path):
+    """Under 1 kB of merges describing a token of 2**40 bytes (about 1 TB) once exhausted memory."""
+    path = tmp_path / "bomb.json"
+    merges = [[97, 97]] + [[255 + i, 255 + i] for i in range(1, 40)]
+    path.write_text(json.dumps({"format": "tinylm-bpe", "version": 1, "pattern": PATTERN, "specials": [],
+                                "merges": merges}))
+    assert path.stat().st_size < 1000                                        # the issue's file: 560 bytes
+    tracemalloc.start()
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=f"capped at {MAX_TOKEN_BYTES:,} bytes"):
+        BPETokenizer.load(path)
+    seconds = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert seconds < 0.5 and peak < 1_000_000
+
+
+def test_many_long_tokens_hit_the_cap_on_all_tokens_together():
+    doubling = [(97, 97)] + [(255 + i, 255 + i) for i in range(1, 11)]       # token 266: 2,048 bytes of "a"
+    wide = [(266, b) for b in range(256)]                                    # 256 tokens of 2,049 bytes
+    deep = [(267 + i, b) for i in range(256) for b in range(256)]            # 65,536 tokens of 2,050 bytes
+    with pytest.raises(ValueError, match="in all"):
+        BPETokenizer(doubling + wide + deep, ())
+
+
+@pytest.mark.parametrize("specials", ["<eos>", b"<eos>", 5, ("<eos>", 5)])
+def test_specials_must_be_a_tuple_of_strings(specials):
+    with pytest.raises(ValueError, match="specials"):
+        BPETokenizer.train("some text to train on", 300, specials=specials)
+
+
+@pytest.mark.parametrize("ids", ["123", b"ab", [1.0], [True], [None], ["1"]])
+def test_decode_takes_int_ids_only(tok, ids):
+    with pytest.raises(ValueError, match="ids|token ids must be ints"):
+        tok.decode(ids)
+
+
+def test_decode_accepts_numpy_and_torch_integers(tok):
+    import numpy as np
+    import torch
+
+    ids = tok.encode("hi there")
+    assert tok.decode(np.array(ids)) == tok.decode(torch.tensor(ids)) == tok.decode(tuple(ids)) == "hi there"
+
+
+# ---------------------------------------------------------------------------------------------
+# any id layout (a real model's), merging long pieces, the end-of-sequence token
+# ---------------------------------------------------------------------------------------------
+def test_any_id_layout_encodes_like_the_course_layout(tok, tmp_path):
+    """Specials first, the byte tokens reversed after them, the merges last: the ids are renamed, nothing else."""
+    n_sp, n_merges = len(tok.specials), len(tok.merges)
+    rename = {256 + n_merges + k: k for k in range(n_sp)}                   # specials -> 0 ... 3
+    rename |= {b: n_sp + 255 - b for b in range(256)}                       # byte b -> 4 + 255 - b
+    rename |= {256 + r: n_sp + 256 + r for r in range(n_merges)}            # merge r -> 260 + r
+    other = BPETokenizer([(rename[a], rename[b]) for a, b in tok.merges], tok.specials,
+                         byte_ids=[rename[b] for b in range(256)], merge_ids=[n_sp + 256 + r for r in range(n_merges)],
+                         special_ids=list(range(n_sp)))
+    assert other.vocab_size == tok.vocab_size and other.eos_id == 3
+    other.save(tmp_path / "other.json")
+    back = BPETokenizer.load(tmp_path / "other.json")
+    for s in UNSEEN + [TEXT[:2000]]:
+        for allow in (False, True):
+            ids = tok.encode(s, allow_specials=allow)
+            assert other.encode(s, allow_specials=allow) == [rename[i] for i in ids] == back.encode(s, allow)
+        assert other.decode(other.encode(s)) == s
+
+
+def test_bytes_without_a_token_are_dropped_as_in_other_implementations():
+    byte_ids = list(range(255)) + [None]                                    # no token for byte 0xff
+    tok = BPETokenizer([(104, 105)], (), byte_ids=byte_ids)
+    assert tok.vocab_size == 256 and tok.merge_ids == [255]
+    assert tok.encode("hi") == [255]
+    text = "h\u00ffi"                                                      # ÿ = c3 bf: no 0xff in it, kept
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.encode("\U00100000") == [0xF4, 0x80, 0x80, 0x80]             # UTF-8 f4 80 80 80: kept
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(byte_ids=[0] * 256), "given twice"),
+    (dict(merge_ids=[5]), "given twice"),
+    (dict(merge_ids=[300]), "without gaps"),
+    (dict(special_ids=[-1]), ">= 0"),
+    (dict(byte_ids=list(range(255))), "256 ids"),
+])
+def test_a_broken_id_layout_says_what_is_wrong(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        BPETokenizer([(104, 105)], ("<eos>",), **kwargs)
+
+
+def textbook_bpe(tok: BPETokenizer, piece: str) -> list[int]:
+    """The slow obvious merge loop: find the lowest-rank pair, merge all its occurrences left to right, repeat."""
+    ids = [tok.byte_ids[b] for b in piece.encode("utf-8")]
+    ranks = {m: r for r, m in enumerate(tok.merges)}
+    while len(ids) > 1:
+        pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, len(ranks)))
+        if pair not in ranks:
+            return ids
+        ids = _merge(ids, pair, tok.merge_ids[ranks[pair]])
+    return ids
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text("aeinrst", min_size=1, max_size=3000) | st.text("ab", min_size=1, max_size=3000))
+def test_heap_merging_equals_the_textbook_loop_on_long_pieces(tok, piece):
+    assert tok._encode_piece(piece) == textbook_bpe(tok, piece)
+
+
+def test_encoding_time_grows_linearly_on_text_without_spaces(tok):
+    """One piece of n letters: the heap merges in O(n log n); rescanning after each merge took O(n^2)."""
+    letters = re.sub(r"[^A-Za-z]", "", TEXT)
+    seconds = {}
+    for n in (20_000, 80_000):
+        s = (letters * (n // len(letters) + 1))[:n]
+        seconds[n] = min(_timed(lambda: tok.encode(s)) for _ in range(2))
+    assert seconds[80_000] / seconds[20_000] < 8                            # 4x the text; quadratic: 16x
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def test_bos_and_eos_are_named_specials(tok):
+    assert (tok.bos, tok.eos) == ("<bos>", "<eos>") and tok.eos_id == tok.special_ids["<eos>"]
+    assert BPETokenizer([], ("<a>",)).eos_id is None
+    with pytest.raises(ValueError, match="eos must be one of the specials"):
+        BPETokenizer([], ("<a>",), eos="<eos>")

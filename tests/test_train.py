@@ -365,6 +365,9 @@ def test_model_flags_reach_the_config():
     assert cfg == Config.from_preset("small-variant", rope_base=500000.0, tie_embeddings=False, qk_norm=True,
                                      n_experts=4, experts_per_token=1, mlp_aux_weight=0.05, norm_eps=1e-6)
     assert _model_config(build_parser().parse_args([]), ckpt=None) == Config.from_preset("mini-companion")
+    wide = _model_config(build_parser().parse_args(["--head-dim", "48", "--dim", "128"]), ckpt=None)
+    assert (wide.head_dim, wide.dim) == (48, 128)                       # an optional field: int or not given
+    assert _model_config(build_parser().parse_args(["--dim", "128"]), ckpt=None).head_dim == 16   # 128 / 8
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--qk-norm", "yes"])                  # a switch takes no value
 

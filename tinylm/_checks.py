@@ -99,21 +99,22 @@ def check_one_of(name: str, value: Any, choices: Sequence, hint: str = "") -> An
     raise ValueError(f"{name} must be {words}{hint}, got {value!r}")
 
 
-def check_header(d: Any, fmt: str, version: int, source: str, kind: str,
+def check_header(d: Any, fmt: str, version: int | tuple[int, ...], source: str, kind: str,
                  required: Iterable[str] = ()) -> dict:
     """The parsed JSON object of a tinylm file, checked: a dict whose 'format' and 'version' are ours.
 
-    `source` (the path) starts every message, `kind` names the file for a human ("tokenizer file");
-    `required` lists fields that must be present.
+    `version` is the one version this tinylm reads, or a tuple of them; `source` (the path) starts every
+    message, `kind` names the file for a human ("tokenizer file"); `required` lists fields that must be present.
     """
+    versions = version if isinstance(version, tuple) else (version,)
     if not isinstance(d, dict):
         raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
     if d.get("format") != fmt:
         raise ValueError(f"{source}: field 'format' must be {fmt!r}, got {d.get('format')!r}; "
                          f"is this a tinylm {kind}?")
-    if d.get("version") != version:
+    if not is_int(d.get("version")) or d.get("version") not in versions:
         raise ValueError(f"{source}: unsupported version {d.get('version')!r}; "
-                         f"this tinylm reads version {version}")
+                         f"this tinylm reads version {' and '.join(map(str, versions))}")
     for field in required:
         if field not in d:
             raise ValueError(f"{source}: missing field {field!r}")

@@ -1,6 +1,7 @@
 """Chat: the template that turns a conversation into one token sequence, the loss mask, and a chat session.
 
-Template (the specials are single tokens, never produced by ordinary text):
+The course's template (`tinylm.chat_template.COURSE`; the specials are single tokens, never produced by
+ordinary text):
 
     <bos><|user|>Hi!<|assistant|>Hello! How can I help?<eos><|user|>What is two plus two?<|assistant|>Four.<eos>
                                  └────── supervised ───────┘                                          └────────┘
@@ -9,6 +10,8 @@ Fine-tuning supervises only what the assistant says (its text and the <eos> that
 other position gets the label -100, which `F.cross_entropy(..., ignore_index=-100)` skips. The model still
 reads the user's words; it just isn't trained to produce them (as in Llama 2's fine-tuning, which "zero[es]
 out the loss on tokens from the user prompt": Touvron et al., 2023).
+A real model's tokenizer brings its own template (ChatML for SmolLM2); `encode_chat` and `ChatSession` use
+whichever template the tokenizer carries.
 """
 
 from __future__ import annotations
@@ -19,61 +22,35 @@ from pathlib import Path
 import torch
 
 from ._checks import IGNORE_INDEX, check_int  # IGNORE_INDEX: the label of a position the loss skips
+from .chat_template import COURSE, ChatTemplate, check_messages
 from .generate import generate
 from .model import TinyLM
 from .tokenizer import BPETokenizer
 
-ROLES = ("user", "assistant")
+ROLES = COURSE.roles  # ("user", "assistant")
 Turn = dict  # {"role": "user" | "assistant", "content": str}
 
 
-def _check_turns(turns: list[Turn]) -> None:
-    if not isinstance(turns, (list, tuple)):
-        raise ValueError(f"turns must be a list of {{'role': ..., 'content': ...}} dicts, got {type(turns).__name__}")
-    for i, t in enumerate(turns):
-        if not isinstance(t, dict) or set(t) != {"role", "content"}:
-            raise ValueError(f"turn {i} must be a dict with exactly the keys 'role' and 'content', got {t!r}")
-        if t["role"] not in ROLES:
-            raise ValueError(f"turn {i}: role must be 'user' or 'assistant', got {t['role']!r}")
-        if not isinstance(t["content"], str):
-            raise ValueError(f"turn {i}: content must be a str, got {type(t['content']).__name__}")
-
-
-def _special(tokenizer: BPETokenizer, name: str) -> int:
-    if name not in tokenizer.special_ids:
-        raise ValueError(f"the tokenizer has no special token {name!r} (it has {list(tokenizer.special_ids)}); "
-                         "train it with specials=('<bos>', '<|user|>', '<|assistant|>', '<eos>')")
-    return tokenizer.special_ids[name]
-
-
 def render_chat(turns: list[Turn]) -> str:
-    """The template as text, e.g. '<bos><|user|>Hi<|assistant|>Hello<eos>' (for display)."""
-    _check_turns(turns)
-    parts = ["<bos>"]
-    for t in turns:
-        parts += ["<|user|>", t["content"]] if t["role"] == "user" else ["<|assistant|>", t["content"], "<eos>"]
-    return "".join(parts)
+    """The course's template as text, e.g. '<bos><|user|>Hi<|assistant|>Hello<eos>' (for display)."""
+    return COURSE.render(turns)
 
 
 def encode_chat(tokenizer: BPETokenizer, turns: list[Turn]) -> tuple[list[int], list[int]]:
-    """Token ids of the chat template and labels of the same length.
+    """Token ids of the conversation in the tokenizer's chat template, and labels of the same length.
 
     labels[i] = ids[i] where ids[i] is assistant text or the <eos> ending an assistant turn, else -100.
     Labels are aligned with ids (not shifted): the training code predicts labels[i + 1] from ids[: i + 1].
     Message text is encoded as ordinary text, so a user typing "<eos>" cannot end the turn.
+    (`tokenizer.encode_chat(messages)` gives the ids alone, ending where the assistant's reply starts.)
     """
-    _check_turns(turns)
-    bos, user, assistant, eos = (_special(tokenizer, s) for s in ("<bos>", "<|user|>", "<|assistant|>", "<eos>"))
-    ids, labels = [bos], [IGNORE_INDEX]
-    for t in turns:
-        text = tokenizer.encode(t["content"])
-        if t["role"] == "user":
-            ids += [user] + text
-            labels += [IGNORE_INDEX] * (1 + len(text))
-        else:
-            ids += [assistant] + text + [eos]
-            labels += [IGNORE_INDEX] + text + [eos]
-    return ids, labels
+    return _template(tokenizer).encode(tokenizer, turns)
+
+
+def _template(tokenizer: BPETokenizer) -> ChatTemplate:
+    if not isinstance(tokenizer, BPETokenizer):
+        raise ValueError(f"tokenizer must be a tinylm BPETokenizer, got {type(tokenizer).__name__}")
+    return tokenizer._template()
 
 
 def load_conversations(path: str | Path) -> list[list[Turn]]:
@@ -95,7 +72,7 @@ def load_conversations(path: str | Path) -> list[list[Turn]]:
         if not isinstance(obj, dict) or "messages" not in obj:
             raise ValueError(f"{path}, line {n}: expected an object with a 'messages' list")
         try:
-            _check_turns(obj["messages"])
+            check_messages(obj["messages"], ROLES)
         except ValueError as e:
             raise ValueError(f"{path}, line {n}: {e}") from None
         conversations.append(obj["messages"])
@@ -116,7 +93,7 @@ def encode_conversations(tokenizer: BPETokenizer, conversations: list[list[Turn]
 
 
 class ChatSession:
-    """Keeps the turns of one conversation and answers with the model until it emits <eos>.
+    """Keeps the turns of one conversation and answers with the model until its template's end token.
 
     >>> chat = ChatSession(model, tokenizer, temperature=0)   # greedy
     >>> chat.ask("What color is the sky?")
@@ -133,24 +110,25 @@ class ChatSession:
                              "use the tokenizer the model was trained with")
         limit = model.cfg.max_seq_len
         check_int("max_new_tokens", max_new_tokens, 1, limit - 1, span=f"in [1, max_seq_len={limit})")
+        self.template = _template(tokenizer)
+        self.template.encode(tokenizer, [])         # the tokenizer has the template's specials
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.top_k, self.top_p = max_new_tokens, temperature, top_k, top_p
         self.use_cache = use_cache
         self.generator = torch.Generator(device=model.embed_tokens.weight.device)
         if seed is not None:
             self.generator.manual_seed(check_int("seed", seed, low=0, hint=" or None"))
-        self.stop_ids = {_special(tokenizer, s) for s in ("<eos>", "<|user|>", "<bos>")}
-        self.eos_id = _special(tokenizer, "<eos>")
+        self.stop_ids = {tokenizer.special_ids[s] for s in self.template.stop}
+        self.eos_id = tokenizer.special_ids[self.template.stop[0]]
         self.turns: list[Turn] = []
 
     def prompt_ids(self, turns: list[Turn] | None = None) -> list[int]:
-        """The template of the turns (default: those so far) plus <|assistant|>, trimmed to leave room
-        for the answer."""
+        """The template of the turns (default: those so far), up to where the reply starts, trimmed to
+        leave room for it."""
         budget = self.model.cfg.max_seq_len - self.max_new_tokens
-        assistant = _special(self.tokenizer, "<|assistant|>")
         turns = list(self.turns if turns is None else turns)
         while True:
-            ids = encode_chat(self.tokenizer, turns)[0] + [assistant]
+            ids = self.template.encode(self.tokenizer, turns, add_generation_prompt=True)[0]
             if len(ids) <= budget or len(turns) <= 1:
                 break
             turns = turns[1:]                       # forget the oldest turn
@@ -170,7 +148,7 @@ class ChatSession:
                        temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
                        use_cache=self.use_cache, generator=self.generator, eos_id=self.eos_id)
         new = out[0, len(ids):].tolist()
-        for i, t in enumerate(new):                 # stop at <eos> (or any other control token)
+        for i, t in enumerate(new):                 # stop at the end token (or any other control token)
             if t in self.stop_ids:
                 new = new[:i]
                 break

@@ -25,6 +25,7 @@ class Config:
     n_layers: int = 8           # number of identical pre-norm blocks
     n_heads: int = 8            # query heads per attention layer
     n_kv_heads: int = 4         # key/value heads; each serves n_heads // n_kv_heads query heads
+    head_dim: int | None = None  # width of each head; None: dim // n_heads (Qwen3-0.6B: 1024 wide, 16 x 128)
     ffn_dim: int = 2432         # hidden width of the SwiGLU feed-forward (intermediate_size)
     max_seq_len: int = 1024     # longest sequence the RoPE tables (and KV cache) cover (at most MAX_SEQ_LEN)
     rope_base: float = 10000.0  # RoPE base: pair i turns at base**(-2i/head_dim) radians per position
@@ -45,20 +46,23 @@ class Config:
         object.__setattr__(self, "max_seq_len", check_int(
             "max_seq_len", self.max_seq_len, 1, MAX_SEQ_LEN,
             hint=" (tinylm.config.MAX_SEQ_LEN: the RoPE tables are built for every position up front)"))
-        if self.dim % self.n_heads:
-            raise ValueError(
-                f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads}) so every head gets "
-                f"the same head_dim; try n_heads in {_divisors(self.dim, limit=64)}"
-            )
+        derived = self.head_dim is None
+        if derived:  # the usual choice: the heads split the width between them
+            if self.dim % self.n_heads:
+                raise ValueError(
+                    f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads}) so every head gets "
+                    f"the same head_dim; try n_heads in {_divisors(self.dim, limit=64)}"
+                )
+            object.__setattr__(self, "head_dim", self.dim // self.n_heads)
+        object.__setattr__(self, "head_dim", check_int("head_dim", self.head_dim, low=1))
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads}) so each "
                 f"KV head serves the same number of query heads; try n_kv_heads in {_divisors(self.n_heads)}"
             )
         if self.head_dim % 2:
-            raise ValueError(
-                f"head_dim = dim / n_heads = {self.head_dim} must be even: RoPE rotates dimensions in pairs"
-            )
+            value = f"= dim / n_heads = {self.head_dim}" if derived else f"({self.head_dim})"
+            raise ValueError(f"head_dim {value} must be even: RoPE rotates dimensions in pairs")
         object.__setattr__(self, "rope_base", check_number("rope_base", self.rope_base, 1, low_open=True))
         object.__setattr__(self, "norm_eps", check_number("norm_eps", self.norm_eps, 0, low_open=True))
         check_bool("qk_norm", self.qk_norm)
@@ -80,10 +84,6 @@ class Config:
             )
 
     @property
-    def head_dim(self) -> int:
-        """Dimensions per attention head: dim // n_heads."""
-        return self.dim // self.n_heads
-
     def is_moe_layer(self, layer_idx: int) -> bool:
         """Whether block `layer_idx` (0-based) has experts instead of one SwiGLU."""
         return self.n_experts > 0 and (layer_idx + 1) % self.moe_every == 0
@@ -94,10 +94,16 @@ class Config:
         return self.n_heads // self.n_kv_heads
 
     def replace(self, **changes) -> "Config":
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again).
+
+        A head_dim equal to dim // n_heads follows dim and n_heads (replace(dim=512) splits the new width);
+        any other head_dim is kept unless changed too.
+        """
         unknown = set(changes) - {f.name for f in fields(self)}
         if unknown:
             raise ValueError(f"unknown Config field(s) {sorted(unknown)}; fields are {[f.name for f in fields(self)]}")
+        if "head_dim" not in changes and self.head_dim * self.n_heads == self.dim:
+            changes["head_dim"] = None
         return replace(self, **changes)
 
     def to_dict(self) -> dict:

@@ -56,7 +56,8 @@ def rope_tables(head_dim: int, max_len: int, base: float = 10000.0) -> tuple[tor
     `positions.rope_inv_freq`, the very numbers `tinylm.reference` uses.
     """
     inv_freq = torch.from_numpy(positions.rope_inv_freq(head_dim, base))                # (D/2,) float64
-    angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)          # (T, D/2)
+    pos = torch.arange(max_len, dtype=torch.float64, device="cpu")  # on the CPU even inside `with torch.device`
+    angles = torch.outer(pos, inv_freq)                                                  # (T, D/2)
     angles = torch.cat([angles, angles], dim=-1)                                         # (T, D)
     return angles.cos(), angles.sin()
 
@@ -220,6 +221,34 @@ class TinyLM(nn.Module):
         self.apply(self._init_weights)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight  # one (V, C) matrix reads in and writes out
+
+    @classmethod
+    def from_weights(cls, cfg: Config, weights: dict[str, torch.Tensor]) -> "TinyLM":
+        """A TinyLM in eval mode whose parameters are the given tensors themselves: no copy, and no random
+        initialisation thrown away (3 s for 135M parameters). How loaders build a model from a file
+        (`tinylm.pretrained.load_gguf`, `tinylm.hf.load_hf_dir`).
+
+        weights: a tensor for every name of `tinylm.params.weight_shapes(cfg)`, with those shapes; with a
+        tied head 'lm_head.weight' may be left out (it is the embedding).
+        """
+        weights = dict(weights)
+        if cfg.tie_embeddings and "embed_tokens.weight" in weights:
+            weights["lm_head.weight"] = weights["embed_tokens.weight"]
+        with torch.device("meta"):  # parameters without memory: nothing is allocated or initialised
+            model = cls(cfg)
+        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+        wrong = [f"{k} {tuple(weights[k].shape)} (expected {expected[k]})" for k in expected
+                 if k in weights and tuple(weights[k].shape) != expected[k]]
+        if missing or unexpected or wrong:
+            raise ValueError(f"the weights do not fit a TinyLM with {cfg}: missing {missing[:4]}, "
+                             f"unexpected {unexpected[:4]}, wrong shapes {wrong[:4]}")
+        model.load_state_dict(weights, assign=True)       # take the tensors as they are
+        if cfg.tie_embeddings:
+            model.lm_head.weight = model.embed_tokens.weight  # assign made two parameters: one matrix again
+        device = model.embed_tokens.weight.device          # the RoPE tables were built on the CPU
+        model.cos, model.sin = model.cos.to(device), model.sin.to(device)
+        return model.eval()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

@@ -1,67 +1,193 @@
 """Byte-level BPE tokenizer (Sennrich et al., 2016; byte-level as in GPT-2, Radford et al., 2019).
 
-    text ──► pre-tokenise (regex: words, numbers, punctuation, spaces) ──► UTF-8 bytes of each piece
-         ──► apply the learned merges, earliest first ──► token ids
+    text ──► pre-tokenise (a known split pattern: words, numbers, punctuation, spaces) ──► UTF-8 bytes
+         ──► the id of each byte ──► apply the learned merges, lowest rank first ──► token ids
 
-Id layout (vocab_size = 256 + n_merges + n_specials):
+The course's id layout (what `train` makes, and every argument's default):
 
     0 ... 255                      the 256 byte values: any text can be encoded, nothing is "unknown"
     256 ... 255 + n_merges         merge i joins two earlier tokens into token 256 + i
     the last n_specials ids        special tokens such as <bos>, <|user|>, <|assistant|>, <eos>
 
+A real model's file lays the same three kinds of ids out its own way (`byte_ids`, `merge_ids`,
+`special_ids`): SmolLM2 puts its 17 specials first, the byte tokens at 17 ... 251 and merge i at 252 + i,
+and has no token for 21 of the 256 byte values (text holding them loses those bytes, in every
+implementation; `tinylm.pretrained` builds it from the file).
+
 Specials are control signals, not text: `encode(text)` treats the string "<eos>" as five ordinary
 characters, and only `encode(text, allow_specials=True)` maps special strings to their ids. Merges never
 produce a special id, so ordinary text can never forge one.
+
+A tokenizer file is data, never code: its split pattern is one of SPLIT_PATTERNS, named (a file cannot
+bring its own regular expression, which could drop text or never finish), and token lengths are capped
+(MAX_TOKEN_BYTES, MAX_VOCAB_BYTES), so that a few hundred bytes of merges cannot describe terabytes.
 """
 
 from __future__ import annotations
 
 import heapq
 import json
+import operator
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any, Iterable
 
 from ._checks import check_header, check_int, is_int
+from .chat_template import COURSE, ChatTemplate
 
-# GPT-2's split, written for Python's `re` (no \p{L}): an optional space followed by letters, or digits,
-# or other symbols; English contractions; runs of whitespace. [^\W\d_] is "a letter": word characters
-# minus digits and underscore. Every character falls into exactly one branch, so the pieces always
-# join back to the text. Merges happen inside a piece only, so tokens never cross word boundaries.
+# ---------------------------------------------------------------------------------------------
+# Split patterns: text -> pieces. Merges happen inside a piece only, so tokens never cross a piece.
+# Every character falls into exactly one branch of each, so the pieces always join back to the text.
+# ---------------------------------------------------------------------------------------------
+# The course's: GPT-2's split written for Python's `re` (no \p{L}): an optional space followed by letters,
+# or digits, or other symbols; English contractions; runs of whitespace. [^\W\d_] is "a letter": word
+# characters minus digits and underscore (it also counts ² and ½ as letters, where \p{L} would not).
 PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"""
+# GPT-2's own (Unicode classes, for the `regex` package).
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# SmolLM/SmolLM2: every digit is a piece of its own, then GPT-2's split (llama.cpp's "smollm"; the
+# tokenizer.json's Sequence[Digits(individual_digits=True), ByteLevel]), folded into one expression: a digit
+# ends a whitespace run as the end of the text would, since GPT-2's split only ever saw the text between digits.
+SMOLLM_PATTERN = r"""\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"""
+# Qwen2/Qwen3 and Llama 3 (llama.cpp's "qwen2" and "llama-bpe"): numbers one digit, or up to three.
+QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                 r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                  r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+SPLIT_PATTERNS = {"tinylm": PATTERN, "gpt2": GPT2_PATTERN, "smollm": SMOLLM_PATTERN, "qwen2": QWEN2_PATTERN,
+                  "llama-bpe": LLAMA3_PATTERN}
+
 DEFAULT_SPECIALS = ("<bos>", "<|user|>", "<|assistant|>", "<eos>")
-FORMAT, VERSION = "tinylm-bpe", 1
+FORMAT, VERSION = "tinylm-bpe", 2     # version 1 files (the course's layout only) still load
+MAX_TOKEN_BYTES = 4096                # longest token a file may describe (real vocabularies: < 300 bytes)
+MAX_VOCAB_BYTES = 64 * 2**20          # all tokens together (SmolLM2: 0.4 MB)
+_CACHE_ITEMS, _CACHE_PIECE = 100_000, 256   # encoded pieces kept (short pieces only)
+
+
+def split_pattern(name_or_pattern: str) -> tuple[str, str]:
+    """(name, pattern) of a known split pattern, given its name or its exact text; ValueError otherwise."""
+    for name, pattern in SPLIT_PATTERNS.items():
+        if name_or_pattern in (name, pattern):
+            return name, pattern
+    raise ValueError(f"unknown split pattern {str(name_or_pattern)[:80]!r}: choose one of {sorted(SPLIT_PATTERNS)} "
+                     "(a tokenizer never runs a regular expression that a file brings)")
+
+
+def _compile(pattern: str):
+    """\\p{L}-style classes need the `regex` package; the course's pattern runs on Python's `re`."""
+    if r"\p{" not in pattern:
+        return re.compile(pattern)
+    try:
+        import regex
+    except ImportError:
+        raise ImportError("this split pattern needs the `regex` package: pip install regex") from None
+    return regex.compile(pattern)
 
 
 class BPETokenizer:
-    """Byte-level BPE. Build one with `BPETokenizer.train(text, vocab_size)` or `BPETokenizer.load(path)`."""
+    """Byte-level BPE. Build one with `BPETokenizer.train(text, vocab_size)`, `BPETokenizer.load(path)`,
+    or from a model file (`tinylm.pretrained.load_gguf`).
+
+    merges[i] = (left id, right id) is merge i, applied in this order; it makes token merge_ids[i].
+    byte_ids[b] is the token of byte value b (None: no token, the byte is dropped); special_ids[s] the id of
+    special s. Unset, they give the course's layout. Every id below vocab_size is one of the three kinds.
+    bos / eos name the specials that begin and end a sequence; chat_template formats conversations
+    (default: the course's template when the course's specials are there).
+    """
 
     def __init__(self, merges: list[tuple[int, int]], specials: tuple[str, ...] = DEFAULT_SPECIALS,
-                 pattern: str = PATTERN):
-        _check_merges(merges)
+                 pattern: str = "tinylm", *, byte_ids: Iterable[int | None] | None = None,
+                 merge_ids: Iterable[int] | None = None, special_ids: Iterable[int] | None = None,
+                 bos: str | None = None, eos: str | None = None, chat_template: ChatTemplate | None = None):
         _check_specials(specials)
-        self.merges = [tuple(m) for m in merges]          # merges[i] = (left id, right id) -> id 256 + i
-        self.ranks = {m: i for i, m in enumerate(self.merges)}  # pair -> merge order (lower merges first)
         self.specials = tuple(specials)
-        self.pattern = pattern
-        self._split = re.compile(pattern)
-        n_ordinary = 256 + len(self.merges)
-        self.special_ids = {s: n_ordinary + i for i, s in enumerate(self.specials)}
-        # byte string of every ordinary token, built up merge by merge
-        self._bytes = [bytes([i]) for i in range(256)]
-        for a, b in self.merges:
-            self._bytes.append(self._bytes[a] + self._bytes[b])
+        self.pattern_name, self.pattern = split_pattern(pattern)
+        self._split = _compile(self.pattern)
+        if not isinstance(merges, (list, tuple)):
+            raise ValueError(f"merges must be a list of (left id, right id) pairs, got {type(merges).__name__}")
+        self.merges = [tuple(m) if type(m) is list else m for m in merges]   # JSON gives lists
+        self.byte_ids = _check_ids("byte_ids", list(range(256)) if byte_ids is None else list(byte_ids), 256,
+                                   allow_none=True)
+        n_ordinary = len(set(self.byte_ids) - {None}) + len(self.merges)
+        self.merge_ids = _check_ids("merge_ids", list(range(n_ordinary - len(self.merges), n_ordinary))
+                                    if merge_ids is None else list(merge_ids), len(self.merges))
+        ids = _check_ids("special_ids", list(range(n_ordinary, n_ordinary + len(self.specials)))
+                         if special_ids is None else list(special_ids), len(self.specials))
+        self.special_ids = dict(zip(self.specials, ids))
+        self._bytes = self._build_vocabulary()    # id -> bytes (a special: its string as UTF-8)
+        self.merges = [(int(a), int(b)) for a, b in self.merges]   # numpy ints -> int
+        V = len(self._bytes)
+        self._byte_to_id = [-1 if i is None else i for i in self.byte_ids]
+        self._ranks = {a * V + b: r for r, (a, b) in enumerate(self.merges)}   # an int key per pair: fast lookups
+        self.bos = self._special_name("bos", bos, "<bos>")
+        self.eos = self._special_name("eos", eos, "<eos>")
+        if chat_template is None and set(COURSE.specials) <= set(self.specials):
+            chat_template = COURSE
+        if chat_template is not None and not isinstance(chat_template, ChatTemplate):
+            raise ValueError(f"chat_template must be a tinylm ChatTemplate or None, got {type(chat_template).__name__}")
+        self.chat_template = chat_template
         longest_first = sorted(self.specials, key=len, reverse=True)   # so "<a>" can't shadow "<a><b>"
         self._special_split = (re.compile("(" + "|".join(map(re.escape, longest_first)) + ")")
                                if self.specials else None)
         self._cache: dict[str, list[int]] = {}  # piece -> ids; text repeats the same words again and again
+
+    def _build_vocabulary(self) -> list[bytes]:
+        """The bytes of every id, merge by merge, checking the layout and the size caps as it goes."""
+        owner: dict[int, str] = {}
+        for kind, ids in (("byte", self.byte_ids), ("merge", self.merge_ids), ("special", self.special_ids.values())):
+            for i in ids:
+                if i in owner:
+                    raise ValueError(f"id {i} is given twice (a {owner[i]} token and a {kind} token)")
+                if i is not None:
+                    owner[i] = kind
+        V = len(owner)
+        if set(owner) != set(range(V)):
+            raise ValueError(f"the ids must be 0 ... {V - 1} without gaps; missing {sorted(set(range(V)) - set(owner))[:5]}")
+        vocab: list[bytes | None] = [None] * V
+        for b, i in enumerate(self.byte_ids):
+            if i is not None:
+                vocab[i] = bytes([b])
+        for s, i in self.special_ids.items():
+            vocab[i] = s.encode("utf-8")
+        total = 0
+        seen: set[tuple[int, int]] = set()
+        made = [b is not None for b in vocab]          # ids a merge may join: bytes now, merge results later
+        for i in self.special_ids.values():
+            made[i] = False
+        for r, m in enumerate(self.merges):
+            if not (type(m) is tuple and len(m) == 2 and is_int(m[0]) and is_int(m[1])):
+                raise ValueError(f"merge {r} must be a pair of ints, got {m!r}")
+            a, b = m
+            if not (0 <= a < V and 0 <= b < V and made[a] and made[b]):
+                raise ValueError(f"merge {r} = {m} may only join tokens made before it (byte tokens and the results "
+                                 f"of merges 0 ... {r - 1}), never specials")
+            if m in seen:
+                raise ValueError(f"merges contain the same pair twice: {m}")
+            seen.add(m)
+            made[self.merge_ids[r]] = True
+            new = vocab[a] + vocab[b]
+            total += len(new)
+            if len(new) > MAX_TOKEN_BYTES or total > MAX_VOCAB_BYTES:
+                raise ValueError(f"merge {r} makes a token of {len(new):,} bytes ({total:,} bytes in all tokens so far); "
+                                 f"a tokenizer's tokens are capped at {MAX_TOKEN_BYTES:,} bytes each and "
+                                 f"{MAX_VOCAB_BYTES:,} in all: this is not a real vocabulary")
+            vocab[self.merge_ids[r]] = new
+        return vocab
+
+    def _special_name(self, what: str, given: str | None, default: str) -> str | None:
+        if given is None:
+            return default if default in self.special_ids else None
+        if given not in self.special_ids:
+            raise ValueError(f"{what} must be one of the specials {list(self.specials)}, got {given!r}")
+        return given
 
     # -----------------------------------------------------------------------------------------
     # training
     # -----------------------------------------------------------------------------------------
     @classmethod
     def train(cls, text: str, vocab_size: int, specials: tuple[str, ...] = DEFAULT_SPECIALS) -> "BPETokenizer":
-        """Learn vocab_size - 256 - len(specials) merges from text.
+        """Learn vocab_size - 256 - len(specials) merges from text, in the course's layout and split pattern.
 
         Repeatedly joins the most frequent adjacent pair of tokens (ties: the smallest pair of ids).
         Counts are kept per distinct piece (word) times its frequency and updated incrementally after
@@ -71,8 +197,8 @@ class BPETokenizer:
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
         check_int("vocab_size", vocab_size)
-        specials = tuple(specials)
         _check_specials(specials)
+        specials = tuple(specials)
         n_merges = vocab_size - 256 - len(specials)
         if n_merges < 0:
             raise ValueError(f"vocab_size ({vocab_size}) must be at least 256 bytes + {len(specials)} specials "
@@ -124,14 +250,23 @@ class BPETokenizer:
     # -----------------------------------------------------------------------------------------
     @property
     def vocab_size(self) -> int:
-        """Number of ids: 256 bytes + merges + specials."""
-        return 256 + len(self.merges) + len(self.specials)
+        """Number of ids: byte tokens + merges + specials (256 + merges + specials in the course's layout)."""
+        return len(self._bytes)
+
+    @property
+    def bos_id(self) -> int | None:
+        return None if self.bos is None else self.special_ids[self.bos]
+
+    @property
+    def eos_id(self) -> int | None:
+        return None if self.eos is None else self.special_ids[self.eos]
 
     def encode(self, text: str, allow_specials: bool = False) -> list[int]:
-        """Token ids of text.
+        """Token ids of text (no BOS or EOS added).
 
         allow_specials=False (default): special strings such as "<eos>" are ordinary text.
-        allow_specials=True: each special string in text becomes its single special id.
+        allow_specials=True: each special string in text becomes its single special id (transformers'
+        default for a tokenizer's specials).
         """
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
@@ -154,47 +289,100 @@ class BPETokenizer:
 
     def _encode_ordinary(self, text: str) -> list[int]:
         ids: list[int] = []
+        cache = self._cache
         for piece in self._split.findall(text):
-            cached = self._cache.get(piece)
+            cached = cache.get(piece)
             if cached is None:
                 cached = self._encode_piece(piece)
-                if len(self._cache) >= 100_000:   # bound the memory on endless new text
-                    self._cache.clear()
-                self._cache[piece] = cached
+                if len(piece) <= _CACHE_PIECE:
+                    if len(cache) >= _CACHE_ITEMS:   # bound the memory on endless new text
+                        cache.clear()
+                    cache[piece] = cached
             ids.extend(cached)
         return ids
 
     def _encode_piece(self, piece: str) -> list[int]:
-        """Apply merges to one piece in the order they were learned (lowest rank first)."""
-        ids = list(piece.encode("utf-8"))
-        while len(ids) > 1:
-            pair = min(zip(ids, ids[1:]), key=lambda p: self.ranks.get(p, len(self.ranks)))
-            rank = self.ranks.get(pair)
-            if rank is None:
-                break
-            ids = _merge(ids, pair, 256 + rank)
-        return ids
+        """Apply the merges to one piece, lowest rank first; equal pairs left to right.
 
-    def decode(self, ids: list[int]) -> str:
-        """Text of ids. Specials decode to their strings.
-
-        Ids from `encode` always decode to exactly the original text. An arbitrary id sequence (e.g.
-        sampled from a model) can cut a multi-byte UTF-8 character; those invalid bytes become U+FFFD.
+        A heap of (rank, position) over a linked list of the piece's tokens: each merge costs O(log n), so a
+        piece of a million letters takes seconds, not hours (rescanning for the best pair after every merge
+        is quadratic). An entry is the int rank << 32 | position (fast to compare); it is stale once the
+        token at its position was merged away or the pair there changed (a pair has exactly one rank).
         """
+        to_id = self._byte_to_id
+        sym = [to_id[b] for b in piece.encode("utf-8")]
+        if -1 in sym:                         # bytes without a token (SmolLM2 has 21): dropped
+            sym = [s for s in sym if s >= 0]
+        n = len(sym)
+        if n < 2:
+            return sym
+        rank, merge_ids, V = self._ranks.get, self.merge_ids, len(self._bytes)
+        nxt = list(range(1, n + 1))           # the token after position i (n: none)
+        prv = list(range(-1, n - 1))          # the token before position i (-1: none)
+        heap = [r << 32 | i for i in range(n - 1) if (r := rank(sym[i] * V + sym[i + 1])) is not None]
+        heapq.heapify(heap)
+        pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1
+        while heap:
+            entry = pop(heap)
+            r, i = entry >> 32, entry & low
+            j = nxt[i]
+            if sym[i] < 0 or j >= n or rank(sym[i] * V + sym[j]) != r:
+                continue                       # stale
+            sym[i], sym[j] = merge_ids[r], -1  # the right token joins the left one
+            k = nxt[j]
+            nxt[i] = k
+            if k < n:
+                prv[k] = i
+                if (r2 := rank(sym[i] * V + sym[k])) is not None:
+                    push(heap, r2 << 32 | i)
+            p = prv[i]
+            if p >= 0 and (r2 := rank(sym[p] * V + sym[i])) is not None:
+                push(heap, r2 << 32 | p)
+        return [s for s in sym if s >= 0]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ids (a list of ints). Specials decode to their strings.
+
+        Ids from `encode` decode to exactly the original text (bytes that have no token are lost). An
+        arbitrary id sequence (e.g. sampled from a model) can cut a multi-byte UTF-8 character; those invalid
+        bytes become U+FFFD.
+        """
+        if isinstance(ids, (str, bytes)):
+            raise ValueError(f"ids must be a list of token ids (ints), got a {type(ids).__name__}; "
+                             "to turn text into ids use encode()")
         return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
 
     def token_bytes(self, id: int) -> bytes:
         """The bytes of one token (a special gives its string as UTF-8), e.g. for display."""
         if not is_int(id):
             try:
-                id = int(id)  # torch integers
-            except (TypeError, ValueError):
+                if isinstance(id, (bool, str, bytes, float)):
+                    raise TypeError
+                id = operator.index(id)    # numpy and torch integers
+            except TypeError:
                 raise ValueError(f"token ids must be ints, got {id!r}") from None
         if 0 <= id < len(self._bytes):
             return self._bytes[id]
-        if len(self._bytes) <= id < self.vocab_size:
-            return self.specials[id - len(self._bytes)].encode("utf-8")
         raise ValueError(f"token id {id} is outside the vocabulary [0, {self.vocab_size})")
+
+    # -----------------------------------------------------------------------------------------
+    # conversations
+    # -----------------------------------------------------------------------------------------
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        """Ids of a conversation in this tokenizer's chat template, ending (by default) where the assistant's
+        reply starts: what a chat model continues. Messages are ordinary text. For the loss labels of
+        fine-tuning, see `tinylm.chat.encode_chat`."""
+        return self._template().encode(self, messages, add_generation_prompt)[0]
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The same conversation as text (what transformers' apply_chat_template(tokenize=False) gives)."""
+        return self._template().render(messages, add_generation_prompt)
+
+    def _template(self) -> ChatTemplate:
+        if self.chat_template is None:
+            raise ValueError("this tokenizer has no chat template tinylm knows; format the conversation as text "
+                             "(e.g. with transformers' apply_chat_template) and encode it with allow_specials=True")
+        return self.chat_template
 
     def __len__(self) -> int:
         return self.vocab_size
@@ -206,16 +394,19 @@ class BPETokenizer:
     # saving and loading
     # -----------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "version": VERSION, "pattern": self.pattern,
-                "specials": list(self.specials), "merges": [list(m) for m in self.merges]}
+        return {"format": FORMAT, "version": VERSION, "pattern": self.pattern_name,
+                "specials": self.special_ids, "merges": [list(m) for m in self.merges],
+                "byte_ids": self.byte_ids, "merge_ids": self.merge_ids, "bos": self.bos, "eos": self.eos,
+                "chat_template": None if self.chat_template is None else self.chat_template.to_dict()}
 
     def save(self, path: str | Path) -> None:
-        """Write the tokenizer as JSON (format, version, pattern, specials, merges)."""
+        """Write the tokenizer as JSON (format version 2: pattern name, specials and their ids, merges and their
+        ids, the byte ids, bos/eos and the chat template)."""
         Path(path).write_text(json.dumps(self.to_dict()), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> "BPETokenizer":
-        """Read a tokenizer saved by `save`; ValueError says what is wrong with a bad file."""
+        """Read a tokenizer saved by `save` (versions 1 and 2); ValueError says what is wrong with a bad file."""
         try:
             d = json.loads(Path(path).read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -224,22 +415,31 @@ class BPETokenizer:
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "tokenizer") -> "BPETokenizer":
-        check_header(d, FORMAT, VERSION, source, "tokenizer file", required=("pattern", "specials", "merges"))
+        check_header(d, FORMAT, (1, VERSION), source, "tokenizer file", required=("pattern", "specials", "merges"))
         if not isinstance(d["pattern"], str):
             raise ValueError(f"{source}: field 'pattern' must be a string")
-        try:
-            re.compile(d["pattern"])
-        except re.error as e:
-            raise ValueError(f"{source}: field 'pattern' is not a valid regular expression ({e})") from None
-        if not isinstance(d["specials"], list):
-            raise ValueError(f"{source}: field 'specials' must be a list of strings")
         if not isinstance(d["merges"], list):
             raise ValueError(f"{source}: field 'merges' must be a list of [left, right] id pairs")
         try:
-            merges = [tuple(m) if isinstance(m, list) else m for m in d["merges"]]
-            return cls(merges, tuple(d["specials"]), d["pattern"])
+            if d["version"] == 1:              # the course's layout: specials listed after the merges
+                if not isinstance(d["specials"], list):
+                    raise ValueError("field 'specials' must be a list of strings")
+                return cls(d["merges"], tuple(d["specials"]), d["pattern"])
+            if not isinstance(d["specials"], dict):
+                raise ValueError("field 'specials' must map each special string to its id")
+            template = d.get("chat_template")
+            return cls(d["merges"], tuple(d["specials"]), d["pattern"], byte_ids=_list(d, "byte_ids"),
+                       merge_ids=_list(d, "merge_ids"), special_ids=list(d["specials"].values()),
+                       bos=d.get("bos"), eos=d.get("eos"),
+                       chat_template=None if template is None else ChatTemplate.from_dict(template))
         except ValueError as e:
             raise ValueError(f"{source}: {e}") from None
+
+
+def _list(d: dict, key: str) -> list:
+    if not isinstance(d.get(key), list):
+        raise ValueError(f"field {key!r} must be a list")
+    return d[key]
 
 
 def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
@@ -256,18 +456,18 @@ def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
     return out
 
 
-def _check_merges(merges) -> None:
-    for i, m in enumerate(merges):
-        if (not isinstance(m, tuple) or len(m) != 2
-                or not all(is_int(x) for x in m)):
-            raise ValueError(f"merge {i} must be a pair of ints, got {m!r}")
-        if not all(0 <= x < 256 + i for x in m):
-            raise ValueError(f"merge {i} = {m} may only join ids below {256 + i} (bytes and earlier merges)")
-    if len(set(map(tuple, merges))) != len(merges):
-        raise ValueError("merges contain the same pair twice")
+def _check_ids(name: str, ids: list[Any], n: int, allow_none: bool = False) -> list[int | None]:
+    if len(ids) != n:
+        raise ValueError(f"{name} must hold {n} ids, got {len(ids)}")
+    for i in ids:
+        if not ((i is None and allow_none) or (is_int(i) and i >= 0)):
+            raise ValueError(f"{name} must hold ints >= 0{' or None' if allow_none else ''}, got {i!r}")
+    return [None if i is None else int(i) for i in ids]
 
 
-def _check_specials(specials) -> None:
+def _check_specials(specials: Any) -> None:
+    if isinstance(specials, str) or not isinstance(specials, (tuple, list)):
+        raise ValueError(f"specials must be a tuple of strings such as ('<eos>',), got {specials!r}")
     if not all(isinstance(s, str) and s for s in specials):
         raise ValueError(f"specials must be non-empty strings, got {list(specials)!r}")
     if len(set(specials)) != len(specials):

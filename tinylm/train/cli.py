@@ -70,10 +70,13 @@ def add_dataclass_flags(group: argparse._ArgumentGroup, cls: type,
     for f in fields(cls):
         flag, text = "--" + f.name.replace("_", "-"), f"{comments[f.name]} {default_note(f.name)}"
         text = text.replace("%", "%%")   # argparse formats help with %
-        if types[f.name] is bool:
+        kind = types[f.name]
+        if type(None) in typing.get_args(kind):   # `int | None`: the flag takes an int (not given: None)
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        if kind is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, help=text)
         else:
-            group.add_argument(flag, type=types[f.name], metavar=types[f.name].__name__.upper(), help=text)
+            group.add_argument(flag, type=kind, metavar=kind.__name__.upper(), help=text)
 
 
 def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:

