@@ -3,7 +3,7 @@
 One job per module:
 
     tinylm.train.settings     TrainConfig (the settings of a run), History, the shipped data files
-    tinylm.train.loop         the pieces (get_batch, lr_at, evaluate, make_optimizer, ...) and `train`
+    tinylm.train.loop         the pieces (get_batch, ChatRows, lr_at, evaluate, ...) and `train`
     tinylm.train.checkpoint   save_checkpoint / load_checkpoint: a folder per checkpoint
     tinylm.train.cli          `python -m tinylm.train ...`, every Config and TrainConfig field a flag
 
@@ -12,11 +12,13 @@ A notebook imports the pieces from here: `from tinylm.train import TrainConfig, 
 
 from .checkpoint import Checkpoint, load_checkpoint, read_checkpoint_config, save_checkpoint
 from .cli import build_parser, main, pick_device
-from .loop import build_model, evaluate, get_batch, lr_at, make_optimizer, split_train_val, train
+from .loop import (
+    ChatRows, build_model, evaluate, get_batch, lr_at, make_optimizer, pad_conversations, split_train_val, train,
+)
 from .settings import DATA_DIR, DEFAULT_CHAT, DEFAULT_TEXT, History, TrainConfig
 
 __all__ = [
-    "Checkpoint", "DATA_DIR", "DEFAULT_CHAT", "DEFAULT_TEXT", "History", "TrainConfig", "build_model",
+    "ChatRows", "Checkpoint", "DATA_DIR", "DEFAULT_CHAT", "DEFAULT_TEXT", "History", "TrainConfig", "build_model",
     "build_parser", "evaluate", "get_batch", "load_checkpoint", "lr_at", "main", "make_optimizer",
-    "pick_device", "read_checkpoint_config", "save_checkpoint", "split_train_val", "train",
+    "pad_conversations", "pick_device", "read_checkpoint_config", "save_checkpoint", "split_train_val", "train",
 ]

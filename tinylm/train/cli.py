@@ -26,12 +26,12 @@ from safetensors.torch import load_model
 from tqdm.auto import tqdm
 
 from .. import distributed
-from ..chat import ChatSession, encode_conversations, load_conversations
+from ..chat import ChatSession, encode_chat, load_conversations
 from ..config import PRESETS, Config
 from ..generate import generate
 from ..tokenizer import BPETokenizer
 from .checkpoint import load_checkpoint, read_checkpoint_config
-from .loop import build_model, evaluate, split_train_val, train
+from .loop import ChatRows, build_model, evaluate, split_train_val, train
 from .settings import DEFAULT_CHAT, DEFAULT_TEXT, TrainConfig
 
 CHAT_DEFAULTS = {"lr": 1e-4, "min_lr": 1e-5, "warmup": 20}   # fine-tuning uses a gentler schedule
@@ -243,10 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     if tok.vocab_size > model_cfg.vocab_size:
         parser.error(f"the tokenizer {tok_path} has {tok.vocab_size} ids but the model only {model_cfg.vocab_size}")
     t_enc = time.perf_counter()
-    if chat:
+    if chat:   # one whole conversation per batch row, padded (ChatRows): no window starts mid-answer
         cut = max(1, int(len(conversations) * (1 - args.val_fraction)))
-        train_ids, train_labels = encode_conversations(tok, conversations[:cut])
-        val_ids, val_labels = encode_conversations(tok, conversations[cut:])
+        pad = tok.special_ids["<eos>"]
+        train_ids = ChatRows([encode_chat(tok, c) for c in conversations[:cut]], pad_id=pad)
+        val_ids = ChatRows([encode_chat(tok, c) for c in conversations[cut:]], pad_id=pad)
+        train_labels = val_labels = None
     else:
         ids = torch.tensor(tok.encode(text), dtype=torch.long)
         train_ids, val_ids = split_train_val(ids, args.val_fraction)
@@ -261,8 +263,14 @@ def main(argv: list[str] | None = None) -> int:
             load_model(model, str(args.init / "model.safetensors"), device=str(device))
     n_params = sum(p.numel() for p in model.parameters())
     say(f"model: {n_params:,} parameters {model_cfg}")
+    if chat:
+        longer = sum(len(ids) > tc.seq_len + 1 for ids, _ in train_ids.encoded + val_ids.encoded)
+        sizes = (f"{len(train_ids):,} train / {len(val_ids):,} val conversations, {train_ids.n_tokens:,} / "
+                 f"{val_ids.n_tokens:,} tokens, one per batch row ({longer} longer than seq-len + 1: cut)")
+    else:
+        sizes = f"{len(train_ids):,} train / {len(val_ids):,} val tokens"
     say(f"tokenizer: {tok_path} ({tok.vocab_size} ids, {t_tok:.2f} s); data: {data_path} -> "
-        f"{len(train_ids):,} train / {len(val_ids):,} val tokens (encoded in {t_enc:.2f} s); device {device}, "
+        f"{sizes} (encoded in {t_enc:.2f} s); device {device}, "
         f"{torch.get_num_threads()} threads" + (", bf16 autocast" if args.bf16 else ""))
     if launch.distributed:
         say(f"distributed: {launch.world_size} processes ({distributed.backend(device)}), "
