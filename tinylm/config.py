@@ -83,7 +83,6 @@ class Config:
                 f"experts_per_token ({self.experts_per_token}) cannot exceed n_experts ({self.n_experts})"
             )
 
-    @property
     def is_moe_layer(self, layer_idx: int) -> bool:
         """Whether block `layer_idx` (0-based) has experts instead of one SwiGLU."""
         return self.n_experts > 0 and (layer_idx + 1) % self.moe_every == 0
