@@ -2,6 +2,7 @@
 """Sampling helpers against independent NumPy/Python versions, and generate() against itself and transformers."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from helpers import random_model, tiny
 
-from tinylm.generate import apply_temperature, generate, sample_next, top_k_filter, top_p_filter
+from tinylm.generate import apply_temperature, generate, left_pad, sample_next, top_k_filter, top_p_filter
 
 
 
@@ -94,6 +95,32 @@ def test_top_p_on_a_small_distribution():
     tie = torch.tensor([1.0, 3.0, 3.0, 3.0, 0.0])
     assert finite(top_k_filter(tie, 2)) == [1, 2]                 # equal logits: lower ids first
     assert finite(top_p_filter(tie, 0.5)) == [1, 2]
+
+
+def test_nucleus_among_the_top_candidates_equals_the_full_sort(monkeypatch):
+    """A large vocabulary looks for the nucleus among the top NUCLEUS_CANDIDATES first: same tokens kept."""
+    import tinylm.generate  # noqa: F401  (the module, not the function of the same name)
+    gen_module = sys.modules["tinylm.generate"]
+    g = torch.Generator().manual_seed(0)
+    V = 3000
+    peaked = torch.randn(6, V, generator=g) * 2
+    peaked[:, :40] += torch.linspace(12, 4, 40)                  # a clear head of likely tokens
+    ties = peaked[:2].clone()
+    ties[:, 100:400] = peaked[:, :40].max() + 1.0               # 300 equal leaders: more than the candidates
+    flat = torch.randn(2, V, generator=g) * 0.1                 # the nucleus spans most of the vocabulary
+    fast_path = []
+    find = gen_module._top_p_among_candidates
+    monkeypatch.setattr(gen_module, "_top_p_among_candidates", lambda *a: fast_path.append(find(*a) is not None)
+                        or find(*a))
+    for logits, fast in ((peaked, True), (ties, False), (flat, False)):
+        for p in (0.5, 0.9, 0.95):
+            fast_path.clear()
+            got = top_p_filter(logits, p)
+            assert fast_path == [fast]
+            with monkeypatch.context() as m:
+                m.setattr(gen_module, "NUCLEUS_CANDIDATES", V)     # the full sort only
+                want = top_p_filter(logits, p)
+            assert torch.equal(torch.isinf(got), torch.isinf(want)), (fast, p)
 
 
 def test_temperature_scales_logits():
@@ -253,3 +280,160 @@ def test_bad_generate_arguments_raise_naming_the_argument(kwargs, name):
 def test_bad_sampling_arguments_raise_naming_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call(torch.randn(2, 8))
+
+
+# ---------------------------------------------------------------------------------------------
+# Batched prompts of different lengths: left padding and the padding mask
+# ---------------------------------------------------------------------------------------------
+LENGTHS = (5, 2, 8, 1)   # the longest row has no pad, the others 3, 6 and 7
+
+
+def ragged(lengths=LENGTHS, seed: int = 3) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(1, 64, (n,), generator=g).tolist() for n in lengths]
+
+
+def test_left_pad_and_the_positions_and_mask_it_implies():
+    from tinylm.model import padding_mask, position_ids
+
+    idx, mask = left_pad([[5, 6, 7], [8, 9]], pad_id=0)
+    assert idx.tolist() == [[5, 6, 7], [0, 8, 9]]
+    assert mask.tolist() == [[True, True, True], [False, True, True]]
+    assert position_ids(torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])).tolist() == [[0, 0, 0, 1, 2],
+                                                                                         [0, 1, 2, 3, 4]]
+    allowed = padding_mask(torch.tensor([[0, 0, 1, 1]]), T=4)[0, 0].int().tolist()   # (T, S) of row 0
+    assert allowed == [[1, 0, 0, 0],        # a pad query sees only itself (no empty softmax)
+                       [0, 1, 0, 0],
+                       [0, 0, 1, 0],        # the first real token sees only itself
+                       [0, 0, 1, 1]]
+    assert padding_mask(torch.tensor([[0, 1, 1]]), T=1)[0, 0].int().tolist() == [[0, 1, 1]]  # a cached step
+
+
+@pytest.mark.parametrize("cfg", [LLAMA_LIKE, QWEN3_LIKE], ids=["grouped", "qk-norm"])
+@pytest.mark.parametrize("explicit", [False, True], ids=["sdpa", "explicit"])
+def test_padded_logits_equal_one_by_one_at_real_positions(cfg, explicit):
+    model = random_model(cfg).set_explicit_attention(explicit)
+    prompts = ragged()
+    idx, mask = left_pad(prompts, pad_id=0)                                  # (4, 8)
+    T = idx.shape[1]
+    with torch.no_grad():
+        batched = model(idx, attention_mask=mask)[0]                         # (4, 8, V)
+        assert torch.isfinite(batched).all()                                 # pad queries too: no NaN
+        for row, p in enumerate(prompts):
+            alone = model(torch.tensor([p]))[0][0]                           # (len, V)
+            torch.testing.assert_close(batched[row, T - len(p):], alone, atol=1e-5, rtol=0)
+        # cached: prefill the padded prompts, then feed 4 more tokens one at a time with the grown mask
+        more = torch.randint(1, 64, (4, 4), generator=torch.Generator().manual_seed(9))
+        cache = model.new_cache(4, T + 4)
+        steps = [model(idx, cache=cache, attention_mask=mask)[0]]
+        full_mask = torch.cat([mask, torch.ones(4, 4, dtype=torch.bool)], dim=1)   # (4, 12)
+        for j in range(4):
+            steps.append(model(more[:, j : j + 1], cache=cache, attention_mask=full_mask[:, : T + j + 1])[0])
+        cached = torch.cat(steps, dim=1)                                     # (4, 12, V)
+        for row, p in enumerate(prompts):
+            alone = model(torch.tensor([p + more[row].tolist()]))[0][0]      # (len + 4, V)
+            torch.testing.assert_close(cached[row, T - len(p):], alone, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cfg", [LLAMA_LIKE, QWEN3_LIKE], ids=["grouped", "qk-norm"])
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "uncached"])
+def test_batched_greedy_with_padding_equals_one_by_one_for_every_row(cfg, use_cache):
+    model, prompts, n = random_model(cfg), ragged(), 16
+    idx, mask = left_pad(prompts, pad_id=0)
+    T = idx.shape[1]
+    out = generate(model, idx, n, temperature=0, attention_mask=mask, use_cache=use_cache)
+    assert out.shape == (4, T + n) and torch.equal(out[:, :T], idx)        # the pads stay in front
+    for row, p in enumerate(prompts):
+        alone = generate(model, torch.tensor([p]), n, temperature=0, use_cache=use_cache)[0]
+        assert out[row, T - len(p):].tolist() == alone.tolist(), f"row {row} (prompt of {len(p)} tokens)"
+    assert len({tuple(r) for r in out[:, T:].tolist()}) == 4                  # four different continuations
+
+
+def test_padding_mask_blocks_attention_to_pads():
+    """Other pad ids change nothing where the mask is given, and change the outputs where it is not."""
+    model, prompts = random_model(QWEN3_LIKE), ragged()
+    idx, mask = left_pad(prompts, pad_id=0)
+    noise = torch.randint(0, 64, idx.shape, generator=torch.Generator().manual_seed(5))
+    other = torch.where(mask, idx, noise)                                    # same prompts, other pad ids
+    assert not torch.equal(other, idx)
+    real = mask[:, :, None].expand(-1, -1, 64)                               # (B, T, V) real positions
+    with torch.no_grad():
+        a, b = model(idx, attention_mask=mask)[0], model(other, attention_mask=mask)[0]
+        assert torch.equal(a[real], b[real])
+        assert not torch.allclose(model(idx)[0][real], model(other)[0][real])   # without the mask: pads leak
+    for use_cache in (True, False):
+        kw = dict(temperature=0, attention_mask=mask, use_cache=use_cache)
+        assert torch.equal(generate(model, idx, 12, **kw)[:, idx.shape[1]:],
+                           generate(model, other, 12, **kw)[:, idx.shape[1]:])
+
+
+def test_eos_per_row_with_padding():
+    model, prompts, n = random_model(LLAMA_LIKE), ragged(), 24
+    idx, mask = left_pad(prompts)
+    T = idx.shape[1]
+    free = generate(model, idx, n, temperature=0, attention_mask=mask)[:, T:].tolist()
+    # a token that at least two rows produce, first at different steps; some rows may never produce it
+    eos = next(t for t in range(64) if len({r.index(t) for r in free if t in r}) >= 2)
+    stops = [r.index(eos) if eos in r else n for r in free]
+    out = generate(model, idx, n, temperature=0, attention_mask=mask, eos_id=eos)
+    assert out.shape[1] == T + min(n, max(stops) + 1)                       # stops once every row has ended
+    for row, p in enumerate(prompts):
+        got = out[row, T:].tolist()
+        alone = generate(model, torch.tensor([p]), n, temperature=0, eos_id=eos)[0, len(p):].tolist()
+        assert got[: len(alone)] == alone                                    # the row as it would end alone
+        assert got[len(alone):] == [eos] * (len(got) - len(alone))           # then keeps emitting eos
+
+
+def test_no_pad_path_is_the_plain_path():
+    model, idx = random_model(QWEN3_LIKE), prompt(batch=3, length=6)
+    ones = torch.ones_like(idx, dtype=torch.bool)
+    with torch.no_grad():
+        assert torch.equal(model(idx, attention_mask=ones)[0], model(idx)[0])
+    g1, g2 = (torch.Generator().manual_seed(0) for _ in range(2))
+    assert torch.equal(generate(model, idx, 8, attention_mask=ones, generator=g1), generate(model, idx, 8, generator=g2))
+
+
+def test_sampled_batches_are_reproducible_and_rows_are_independent_of_the_pad_id():
+    model, prompts = random_model(QWEN3_LIKE), ragged()
+    runs = []
+    for pad_id in (0, 0, 63):
+        idx, mask = left_pad(prompts, pad_id=pad_id)
+        out = generate(model, idx, 10, temperature=0.8, top_p=0.95, attention_mask=mask,
+                       generator=torch.Generator().manual_seed(7))
+        runs.append(out[:, idx.shape[1]:])
+    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
+
+
+def test_batched_greedy_equals_transformers_with_left_padding():
+    from tinylm.hf import to_hf
+
+    model, prompts, n = random_model(LLAMA_LIKE), ragged(), 12
+    idx, mask = left_pad(prompts, pad_id=0)
+    ours = generate(model, idx, n, temperature=0, attention_mask=mask)
+    theirs = to_hf(model).generate(idx, attention_mask=mask.long(), do_sample=False, max_new_tokens=n,
+                                   min_new_tokens=n, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(theirs, ours)
+
+
+@pytest.mark.parametrize("mask, words", [
+    (torch.ones(2, 4, dtype=torch.bool), "shape"),                            # the prompt is (2, 5)
+    (torch.ones(2, 5), "dtype"),                                              # float
+    (torch.full((2, 5), 2), "0s and 1s"),
+    (torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]), "left-padded"),        # right padding
+    (torch.tensor([[0, 1, 0, 1, 1], [1, 1, 1, 1, 1]]), "left-padded"),        # a hole
+    (torch.tensor([[0, 0, 0, 0, 0], [1, 1, 1, 1, 1]]), "left-padded"),        # a row of pads only
+])
+def test_bad_attention_masks_raise_naming_the_argument(mask, words):
+    model = random_model(QWEN3_LIKE)
+    with pytest.raises(ValueError, match="attention_mask") as err:
+        generate(model, prompt(), 3, attention_mask=mask)
+    assert words in str(err.value)
+    if words in ("shape", "dtype", "0s and 1s"):                              # the model's own rules
+        with pytest.raises(ValueError, match="attention_mask"):
+            model(prompt(), attention_mask=mask)
+
+
+@pytest.mark.parametrize("prompts, pad_id", [([], 0), ([[1, 2], []], 0), ([[1, 2.0]], 0), ([[1]], -1), ("ab", 0)])
+def test_bad_left_pad_arguments_raise(prompts, pad_id):
+    with pytest.raises(ValueError, match="prompts|pad_id"):
+        left_pad(prompts, pad_id)

@@ -15,8 +15,8 @@ from tinylm import Config, TinyLM
 from tinylm.chat import ChatSession, encode_chat, encode_conversations, load_conversations, render_chat
 from tinylm.tokenizer import BPETokenizer
 from tinylm.train import (
-    History, TrainConfig, build_model, evaluate, get_batch, load_checkpoint, lr_at, main, make_optimizer,
-    save_checkpoint, split_train_val, train,
+    ChatRows, History, TrainConfig, build_model, evaluate, get_batch, load_checkpoint, lr_at, main, make_optimizer,
+    pad_conversations, save_checkpoint, split_train_val, train,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,6 +171,65 @@ def test_masked_loss_supervises_exactly_the_assistant_tokens(tok):
     assert torch.allclose(loss, want, atol=1e-6)
     n_assistant = len(tok.encode("The sky is blue.")) + len(tok.encode("Grass is green.")) + 2
     assert len(keep) == n_assistant
+
+
+SHORT = [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello."}]
+
+
+def test_sft_batch_holds_whole_conversations_one_per_row(tok):
+    short, long = encode_chat(tok, SHORT), encode_chat(tok, TURNS)          # (ids, labels) each
+    assert len(short[0]) < len(long[0])
+    x, y = pad_conversations([short, long], pad_id=7)
+    T = len(long[0]) - 1
+    assert x.shape == y.shape == (2, T) and x.dtype == y.dtype == torch.long
+    n = len(short[0]) - 1                                                   # real positions of row 0
+    assert x[0, :n].tolist() == short[0][:-1] and x[0, n:].tolist() == [7] * (T - n)   # right padding
+    assert y[0, :n].tolist() == short[1][1:] and y[0, n:].tolist() == [-100] * (T - n)  # pads never scored
+    assert x[1].tolist() == long[0][:-1] and y[1].tolist() == long[1][1:]
+    for (ids, labels), row in zip((short, long), y.tolist()):              # the loss sees the assistant only
+        supervised = [t for t in row if t != -100]
+        assert supervised == [i for i, l in zip(ids[1:], labels[1:]) if l != -100]
+        assert tok.decode(supervised).endswith("<eos>")
+    assert pad_conversations([short, long], seq_len=5)[0].shape == (2, 5)  # cut at seq_len
+
+
+def test_sft_rows_do_not_see_each_other_or_the_padding(tok):
+    """The padded batch's loss is exactly the loss of each conversation alone, whatever the pad id."""
+    torch.manual_seed(0)
+    model = TinyLM(TINY)
+    short, long = encode_chat(tok, SHORT), encode_chat(tok, TURNS)
+    total, count = 0.0, 0
+    for ids, labels in (short, long):
+        logits = model(torch.tensor([ids[:-1]]))[0][0]
+        target = torch.tensor(labels[1:])
+        total += F.cross_entropy(logits, target, ignore_index=-100, reduction="sum")
+        count += int((target != -100).sum())
+    for pad_id in (0, 5, 299):
+        x, y = pad_conversations([short, long], pad_id=pad_id)
+        torch.testing.assert_close(model(x, y)[1], total / count, atol=1e-6, rtol=0)
+
+
+def test_chat_rows_sample_evaluate_and_train(tok):
+    convs = load_conversations(DATA / "chat.jsonl")[:24]
+    rows = ChatRows([encode_chat(tok, c) for c in convs], pad_id=tok.special_ids["<eos>"])
+    assert len(rows) == 24 and rows.n_tokens == sum(len(encode_chat(tok, c)[0]) for c in convs)
+    a = rows.sample(4, 64, torch.Generator().manual_seed(3))
+    b = rows.sample(4, 64, torch.Generator().manual_seed(3))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[0].shape[0] == 4
+    torch.manual_seed(0)
+    model = TinyLM(TINY)
+    x, y = rows.batch(range(24), 63)                                         # everything, by hand
+    logits = model(x)[0]
+    want = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100).item()
+    loss, ppl = evaluate(model, rows, batch_size=5, seq_len=63)             # batches of 5, 5, 5, 5, 4
+    assert loss == pytest.approx(want, abs=1e-5) and ppl == pytest.approx(math.exp(want), rel=1e-5)
+    cfg = TrainConfig(steps=4, batch_size=4, seq_len=63, warmup=1, eval_every=2, eval_batches=2)
+    runs = [train(build_model(TINY), rows, rows, cfg, progress=False) for _ in range(2)]
+    assert runs[0].loss == runs[1].loss and all(math.isfinite(v) for v in runs[0].loss)
+    with pytest.raises(ValueError, match="train_labels"):
+        train(build_model(TINY), rows, None, cfg, train_labels=torch.zeros(3, dtype=torch.long), progress=False)
+    with pytest.raises(ValueError, match="same length"):
+        pad_conversations([([1, 2, 3], [1, 2])])
 
 
 def test_shipped_chat_file_parses_and_alternates(tok):
@@ -412,7 +471,7 @@ def test_cli_resume_continues_exactly_and_chat_fine_tunes(tmp_path):
     chat.write_text("".join((DATA / "chat.jsonl").read_text(encoding="utf-8").splitlines(True)[:40]))
     ft = tmp_path / "chat"
     assert main(["--chat", "--init", str(whole), "--data", str(chat), "--steps", "2", "--eval-every", "2",
-                 "--batch-size", "2", "--seq-len", "16", "--eval-batches", "100", "--out", str(ft),
+                 "--batch-size", "2", "--seq-len", "48", "--eval-batches", "100", "--out", str(ft),
                  "--no-progress", "--sample-tokens", "4"]) == 0
     meta = json.loads((ft / "config.json").read_text())
     assert meta["extra"]["chat"] is True and meta["train"]["lr"] == 1e-4

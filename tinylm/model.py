@@ -68,9 +68,14 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0) -> torch.Tensor:
-    """Rotate x of shape (..., T, D) as positions offset..offset+T-1 (offset > 0 when decoding with a cache)."""
-    T = x.shape[-2]
-    cos, sin = cos[offset : offset + T], sin[offset : offset + T]                  # (T, D)
+    """Rotate x of shape (..., T, D) as positions offset..offset+T-1 (offset > 0 when decoding with a cache).
+
+    cos, sin: the (max_len, D) tables, or rows already gathered for each sequence's own positions,
+    (B, 1, T, D) for x (B, H, T, D) (left-padded batches; then offset is not used).
+    """
+    if cos.dim() == 2:
+        T = x.shape[-2]
+        cos, sin = cos[offset : offset + T], sin[offset : offset + T]              # (T, D)
     if cos.dtype != x.dtype:
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return x * cos + rotate_half(x) * sin
@@ -92,27 +97,60 @@ def causal_mask(T: int, S: int, device=None) -> torch.Tensor:
     return torch.from_numpy(positions.causal_mask(T, S)).to(device)
 
 
-def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
+# ---------------------------------------------------------------------------------------------
+# Left padding: a batch of prompts of different lengths, pads in front, generated tokens behind.
+#
+#   attention_mask (B, S)   0 0 1 1 1        row 0: two pads, then its 3 tokens
+#                           1 1 1 1 1        row 1: no pad
+#   position_ids            0 0 0 1 2        a row's first real token is position 0 (as in Hugging Face)
+#                           0 1 2 3 4
+#   a query sees the real keys at or before it; a pad query sees only itself (its output is never
+#   used, but a softmax over nothing would be NaN).
+# ---------------------------------------------------------------------------------------------
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, S) mask, True/1 at real tokens -> (B, S) long RoPE positions: 0, 1, ... counted over real tokens
+    only (pads get 0, never used)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def padding_mask(attention_mask: torch.Tensor, T: int) -> torch.Tensor:
+    """(B, S) key mask, True at real tokens -> (B, 1, T, S) bool, True where query t (the last T of S
+    positions) may look: causal and not a pad, or itself."""
+    S = attention_mask.shape[1]
+    causal = causal_mask(T, S, attention_mask.device)                         # (T, S)
+    keys = torch.arange(S, device=attention_mask.device)
+    itself = keys[None, :] == keys[S - T :, None]                             # (T, S) the diagonal
+    return (causal & attention_mask.bool()[:, None, None, :]) | itself          # (B, 1, T, S)
+
+
+def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+                       mask: torch.Tensor | None = None) -> torch.Tensor:
     """The step-by-step path: repeat KV heads, scores, mask, softmax, weighted sum.
 
     q (B, H, T, D); k, v (B, Hkv, S, D). Same result as `attention`, written out for teaching.
+    mask: (B, 1, T, S) bool from `padding_mask`, True where allowed; it replaces the causal mask.
     """
     n_rep = q.shape[1] // k.shape[1]
     k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)                 # (B, H, S, D)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])        # (B, H, T, S)
-    if causal:
-        mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
+    if mask is None and causal:
+        mask = causal_mask(q.shape[-2], k.shape[-2], q.device)       # (T, S)
+    if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return scores.softmax(dim=-1) @ v                                # (B, H, T, D)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+              mask: torch.Tensor | None = None) -> torch.Tensor:
     """Fused attention: `scaled_dot_product_attention` reads the Hkv heads directly (enable_gqa), no copies.
 
+    mask: (B, 1, T, S) bool from `padding_mask`, True where allowed; it replaces the causal mask.
     Equal to `attention_explicit` for finite inputs. A NaN query is another matter: torch's fused CPU
     kernel (2.13) returns zeros for its row where the explicit path returns NaN, so a model with a NaN
     weight can give a finite loss. Its gradient norm is NaN all the same, which is where `train` stops.
     """
+    if mask is not None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     T, S = q.shape[-2], k.shape[-2]
     if not causal or T == 1:  # one new token may look at every cached position
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
@@ -138,8 +176,9 @@ class Attention(nn.Module):
         self.explicit = False  # True: use attention_explicit (for teaching and tests)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: KVCache | None = None) -> torch.Tensor:
-        """x (B, T, C) -> (B, T, C). cos, sin (T, D): RoPE tables for x's positions (rows from offset 0)."""
+                cache: KVCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, C) -> (B, T, C). cos, sin (T, D): RoPE rows of x's positions, or (B, 1, T, D) per
+        sequence. mask: None (causal), or (B, 1, T, S) bool from `padding_mask` for a padded batch."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)       # (B, T, H, D)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)    # (B, T, Hkv, D)
@@ -150,7 +189,8 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)         # cos, sin: this call's T positions
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)                    # (B, Hkv, cache.pos + T, D)
-        y = (attention_explicit if self.explicit else attention)(q, k, v)  # (B, H, T, D)
+        attend = attention_explicit if self.explicit else attention
+        y = attend(q, k, v) if mask is None else attend(q, k, v, mask=mask)  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
         return self.o_proj(y)                                            # (B, T, C)
 
@@ -182,8 +222,10 @@ class Block(nn.Module):
             self.mlp = SwiGLU(cfg.dim, cfg.ffn_dim)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: KVCache | None = None) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+                cache: KVCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.input_layernorm(x)
+        # with no pad, the call of an unpadded model: (x, cos, sin, cache), as chapters that wrap it expect
+        x = x + (self.self_attn(h, cos, sin, cache) if mask is None else self.self_attn(h, cos, sin, cache, mask))
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x
 
@@ -201,6 +243,18 @@ def check_idx(idx: torch.Tensor, vocab_size: int) -> None:
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
         raise ValueError(f"token ids must lie in [0, vocab_size={vocab_size}), got range "
                          f"[{int(idx.min())}, {int(idx.max())}]")
+
+
+def check_attention_mask(attention_mask: torch.Tensor, shape: tuple[int, int]) -> None:
+    """The rules for a padding mask: a (B, S) tensor of bools or 0/1 ints, S counting cached positions too."""
+    if not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != tuple(shape):
+        got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__
+        raise ValueError(f"attention_mask must be a tensor of shape (batch, cached + new positions) = {tuple(shape)}, "
+                         f"got {got}; with a cache, pass the mask of every position so far")
+    if attention_mask.dtype != torch.bool and (attention_mask.is_floating_point() or attention_mask.is_complex()
+                                               or ((attention_mask != 0) & (attention_mask != 1)).any()):
+        raise ValueError(f"attention_mask must hold True/1 at real tokens and False/0 at pads, got dtype "
+                         f"{attention_mask.dtype}; use a bool or integer tensor of 0s and 1s")
 
 
 class TinyLM(nn.Module):
@@ -255,22 +309,32 @@ class TinyLM(nn.Module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
+                attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx (B, T) token ids -> logits (B, T, V), and the mean cross-entropy if targets (B, T) are given.
 
         Targets equal to -100 are ignored; if all are, the loss is 0 with zero gradients (`train` warns
         when a batch has nothing to learn, `evaluate` refuses to score nothing). With a cache, idx holds the positions cache.pos ... cache.pos + T - 1.
+        attention_mask: for a left-padded batch, (B, S) bool or 0/1, True at real tokens, over all S =
+        cache.pos + T positions so far (the cached ones too): no query looks at a pad, and each row's RoPE
+        positions start at its first real token (`position_ids`). None, or no pad at all: the causal path.
         With experts (cfg.n_experts > 0) the loss includes cfg.mlp_aux_weight x the mean load-balancing
         loss of the MoE layers, kept as `last_aux_loss`.
         """
-        self._check_input(idx, targets, cache)
+        self._check_input(idx, targets, cache, attention_mask)
         x = self.embed_tokens(idx)                                       # (B, T, C)
         start, T = (cache.pos if cache is not None else 0), idx.shape[1]
-        cos = self.cos[start : start + T].to(x.dtype)                    # (T, D) the RoPE angles of these
-        sin = self.sin[start : start + T].to(x.dtype)                    #        positions, cast once per call
+        mask = None
+        if attention_mask is None or bool(attention_mask.all()):         # no pad: every row at start ...
+            cos = self.cos[start : start + T].to(x.dtype)                # (T, D) the RoPE angles of these
+            sin = self.sin[start : start + T].to(x.dtype)                #        positions, cast once per call
+        else:                                                            # left padding: positions per row
+            pos = position_ids(attention_mask)[:, start:]                # (B, T)
+            cos = self.cos[pos].to(x.dtype)[:, None]                     # (B, 1, T, D)
+            sin = self.sin[pos].to(x.dtype)[:, None]
+            mask = padding_mask(attention_mask, T)                       # (B, 1, T, S)
         for layer in self.layers:
-            x = layer(x, cos, sin, cache)                                # (B, T, C)
+            x = layer(x, cos, sin, cache) if mask is None else layer(x, cos, sin, cache, mask)  # (B, T, C)
         if cache is not None:
             cache.pos += idx.shape[1]
         logits = self.lm_head(self.norm(x))                              # (B, T, V)
@@ -287,9 +351,11 @@ class TinyLM(nn.Module):
             loss = loss + self.cfg.mlp_aux_weight * self.last_aux_loss
         return logits, loss
 
-    def _check_input(self, idx, targets, cache) -> None:
+    def _check_input(self, idx, targets, cache, attention_mask) -> None:
         check_idx(idx, self.cfg.vocab_size)
         start = cache.pos if cache is not None else 0
+        if attention_mask is not None:
+            check_attention_mask(attention_mask, (idx.shape[0], start + idx.shape[1]))
         if start + idx.shape[1] > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {start + idx.shape[1]} exceeds max_seq_len "
                              f"({self.cfg.max_seq_len}); crop idx or build the model with a larger max_seq_len")

@@ -3,7 +3,7 @@
 One job per module:
 
     tinylm.train.settings     TrainConfig (the settings of a run), History, the shipped data files
-    tinylm.train.loop         the pieces (get_batch, lr_at, evaluate, make_optimizer, ...) and `train`
+    tinylm.train.loop         the pieces (get_batch, ChatRows, lr_at, evaluate, make_optimizer, ...) and `train`
     tinylm.train.checkpoint   save_checkpoint / load_checkpoint: a folder per checkpoint, written atomically
     tinylm.train.cli          `python -m tinylm.train ...`, every Config and TrainConfig field a flag
 
@@ -12,11 +12,15 @@ A notebook imports the pieces from here: `from tinylm.train import TrainConfig, 
 
 from .checkpoint import Checkpoint, load_checkpoint, load_weights, read_checkpoint_config, save_checkpoint
 from .cli import build_parser, main, pick_device
-from .loop import TrainingDiverged, build_model, evaluate, get_batch, lr_at, make_optimizer, split_train_val, train
+from .loop import (
+    ChatRows, TrainingDiverged, build_model, evaluate, get_batch, lr_at, make_optimizer, pad_conversations,
+    split_train_val, train,
+)
 from .settings import DATA_DIR, DEFAULT_CHAT, DEFAULT_TEXT, History, TrainConfig
 
 __all__ = [
-    "Checkpoint", "DATA_DIR", "DEFAULT_CHAT", "DEFAULT_TEXT", "History", "TrainConfig", "TrainingDiverged",
+    "ChatRows", "Checkpoint", "DATA_DIR", "DEFAULT_CHAT", "DEFAULT_TEXT", "History", "TrainConfig", "TrainingDiverged",
     "build_model", "build_parser", "evaluate", "get_batch", "load_checkpoint", "load_weights", "lr_at", "main",
-    "make_optimizer", "pick_device", "read_checkpoint_config", "save_checkpoint", "split_train_val", "train",
+    "make_optimizer", "pad_conversations", "pick_device", "read_checkpoint_config", "save_checkpoint",
+    "split_train_val", "train",
 ]

@@ -27,14 +27,14 @@ from tqdm.auto import tqdm
 
 from .. import distributed
 from .._checks import IGNORE_INDEX, check_bool, check_int, check_number
-from ..chat import ChatSession, encode_conversations, load_conversations
+from ..chat import ChatSession, encode_chat, load_conversations
 from ..config import PRESETS, Config
 from ..generate import generate
 from ..params import count_params
 from ..tokenizer import BPETokenizer
 from .checkpoint import (CONFIG, TOKENIZER, WEIGHTS, checkpoint_file, load_checkpoint, load_weights,
                          read_checkpoint_config)
-from .loop import TrainingDiverged, build_model, evaluate, split_train_val, train
+from .loop import ChatRows, TrainingDiverged, build_model, evaluate, split_train_val, train
 from .settings import DEFAULT_CHAT, DEFAULT_TEXT, TrainConfig
 
 CHAT_DEFAULTS = {"lr": 1e-4, "min_lr": 1e-5, "warmup": 20}   # fine-tuning uses a gentler schedule
@@ -325,23 +325,27 @@ def _tokenizer(args: argparse.Namespace, text_for_training: Callable[[], str], v
 
 
 def _encode(tok: BPETokenizer, data, chat: bool, val_fraction: float, seq_len: int, data_path: Path):
-    """Token ids (and labels) of the training and validation parts, each long enough for one window."""
+    """Training and validation parts: token streams, each long enough for one window; or, for chat,
+    ChatRows (one whole conversation per batch row, the loss on the assistant's tokens only)."""
     if chat:
         cut = max(1, int(len(data) * (1 - val_fraction)))
-        train_ids, train_labels = encode_conversations(tok, data[:cut])
-        val_ids, val_labels = encode_conversations(tok, data[cut:])
-    else:
-        ids = torch.tensor(tok.encode(data), dtype=torch.long)
-        train_ids, val_ids = split_train_val(ids, val_fraction)
-        train_labels = val_labels = None
+        if cut >= len(data):
+            raise ValueError(f"--data {data_path} has {len(data)} conversation(s): too few to keep one for "
+                             f"validation with --val-fraction {val_fraction}; use more data or a larger --val-fraction")
+        pad = tok.eos_id if tok.eos_id is not None else 0
+        parts = [ChatRows([encode_chat(tok, c) for c in part], pad_id=pad) for part in (data[:cut], data[cut:])]
+        for name, rows in zip(("training", "validation"), parts):
+            if not any(label != IGNORE_INDEX for _, labels in rows.encoded for label in labels[1:seq_len + 1]):
+                raise ValueError(f"--data {data_path}: the {name} conversations have no assistant text to learn "
+                                 f"from within --seq-len {seq_len}")
+        return parts[0], parts[1], None, None
+    ids = torch.tensor(tok.encode(data), dtype=torch.long)
+    train_ids, val_ids = split_train_val(ids, val_fraction)
     if min(len(train_ids), len(val_ids)) < seq_len + 1:
         raise ValueError(f"--data {data_path} gives {len(train_ids):,} tokens to train on and {len(val_ids):,} to "
                          f"validate on (--val-fraction {val_fraction}); each part needs at least --seq-len + 1 = "
                          f"{seq_len + 1}: use more data, another --val-fraction or a shorter --seq-len")
-    for name, labels in (("training", train_labels), ("validation", val_labels)):
-        if labels is not None and not bool((labels[1:] != IGNORE_INDEX).any()):
-            raise ValueError(f"--data {data_path}: the {name} conversations have no assistant text to learn from")
-    return train_ids, val_ids, train_labels, val_labels
+    return train_ids, val_ids, None, None
 
 
 def _sample(model, tok: BPETokenizer, chat: bool, n_tokens: int, seed: int, device: torch.device) -> None:
@@ -430,8 +434,14 @@ def main(argv: list[str] | None = None) -> int:
         model = build_model(model_cfg, tc.seed, device)
     n_params = sum(p.numel() for p in model.parameters())
     say(f"model: {n_params:,} parameters {model_cfg}")
+    if chat:
+        longer = sum(len(ids) > tc.seq_len + 1 for ids, _ in train_ids.encoded + val_ids.encoded)
+        sizes = (f"{len(train_ids):,} train / {len(val_ids):,} val conversations, {train_ids.n_tokens:,} / "
+                 f"{val_ids.n_tokens:,} tokens, one per batch row ({longer} longer than seq-len + 1: cut)")
+    else:
+        sizes = f"{len(train_ids):,} train / {len(val_ids):,} val tokens"
     say(f"tokenizer: {tok_origin} ({tok.vocab_size} ids, {t_tok:.2f} s); data: {data_path} -> "
-        f"{len(train_ids):,} train / {len(val_ids):,} val tokens (encoded in {t_enc:.2f} s); device {device}, "
+        f"{sizes} (encoded in {t_enc:.2f} s); device {device}, "
         f"{torch.get_num_threads()} threads" + (", bf16 autocast" if args.bf16 else ""))
     if launch.distributed:
         say(f"distributed: {launch.world_size} processes ({distributed.backend(device)}), "

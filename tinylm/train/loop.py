@@ -1,6 +1,7 @@
 """The training loop and its pieces: batches, the learning-rate schedule, the optimizer, evaluation.
 
 One step:  x, y = get_batch(...)            random windows of the token stream, y = x shifted by one
+                                            (chat: ChatRows.sample, one whole conversation per row)
            loss = cross_entropy(model(x), y)  (positions labelled -100 are skipped: the chat loss mask)
            loss.backward(); clip the gradient norm; AdamW step with lr = lr_at(step)
 
@@ -17,7 +18,7 @@ import time
 import warnings
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -68,26 +69,93 @@ def get_batch(tokens: torch.Tensor, batch_size: int, seq_len: int, generator: to
     return tokens[pos], targets[pos + 1]
 
 
+def pad_conversations(encoded: Sequence[tuple[list[int], list[int]]], seq_len: int | None = None,
+                      pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """One conversation per row, padded on the right: x (B, T) token ids and y (B, T) next-token labels.
+
+    encoded: (ids, labels) pairs as `tinylm.chat.encode_chat` makes them. x[b, t] = ids[t] and
+    y[b, t] = labels[t + 1]: the assistant's tokens, IGNORE_INDEX everywhere else and on the padding.
+    T is the longest conversation minus one, at most seq_len (a longer one keeps its first seq_len + 1 tokens).
+
+        x  <bos> <|user|> Hi <|assistant|> Hello  <eos>  pad    pad       (pad_id: never seen, never scored)
+        y  -100  -100   -100  Hello       <eos>  -100   -100   -100
+
+    No attention crosses conversations: a row holds one, and with the padding on the right every real token
+    comes before every pad, so the causal mask alone keeps pads out of what real tokens see.
+    """
+    if not encoded:
+        raise ValueError("encoded must hold at least one (ids, labels) conversation")
+    for n, (ids, labels) in enumerate(encoded):
+        if len(ids) != len(labels) or len(ids) < 2:
+            raise ValueError(f"conversation {n}: ids and labels must have the same length >= 2, "
+                             f"got {len(ids)} and {len(labels)}")
+    T = max(len(ids) for ids, _ in encoded) - 1
+    if seq_len is not None:
+        T = min(T, check_int("seq_len", seq_len, low=1))
+    x = torch.full((len(encoded), T), check_int("pad_id", pad_id, low=0), dtype=torch.long)   # (B, T)
+    y = torch.full((len(encoded), T), IGNORE_INDEX, dtype=torch.long)                         # (B, T)
+    for b, (ids, labels) in enumerate(encoded):
+        n = min(len(ids) - 1, T)
+        x[b, :n] = torch.tensor(ids[:n])
+        y[b, :n] = torch.tensor(labels[1 : n + 1])
+    return x, y
+
+
+class ChatRows:
+    """Conversations for chat fine-tuning, one whole conversation per batch row (not windows of a stream).
+
+    rows = ChatRows([encode_chat(tok, c) for c in conversations], pad_id=tok.special_ids["<eos>"])
+    train(model, rows, val_rows, config) and evaluate(model, val_rows, ...) take it where they take a stream.
+    """
+
+    def __init__(self, encoded: Sequence[tuple[list[int], list[int]]], pad_id: int = 0):
+        pad_conversations(encoded[:1], pad_id=pad_id)          # the argument checks, on one row
+        self.encoded, self.pad_id = list(encoded), pad_id
+
+    def __len__(self) -> int:
+        return len(self.encoded)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(ids) for ids, _ in self.encoded)
+
+    def batch(self, rows: Sequence[int], seq_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x, y (B, T) for the conversations numbered rows (`pad_conversations`)."""
+        return pad_conversations([self.encoded[int(i)] for i in rows], seq_len, self.pad_id)
+
+    def sample(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """batch_size conversations drawn at random (with replacement) from generator."""
+        return self.batch(torch.randint(len(self), (batch_size,), generator=generator).tolist(), seq_len)
+
+
 @torch.no_grad()
-def evaluate(model: TinyLM, tokens: torch.Tensor, batch_size: int, seq_len: int, max_batches: int | None = None,
-             labels: torch.Tensor | None = None, with_accuracy: bool = False) -> tuple[float, ...]:
+def evaluate(model: TinyLM, tokens: torch.Tensor | ChatRows, batch_size: int, seq_len: int,
+             max_batches: int | None = None, labels: torch.Tensor | None = None,
+             with_accuracy: bool = False) -> tuple[float, ...]:
     """Mean cross-entropy and perplexity exp(loss) on tokens -> (loss, perplexity).
 
     Deterministic: the stream is cut into consecutive windows of seq_len (from the start), at most
     max_batches * batch_size of them, so every evaluation scores the same positions. With labels, only
-    positions whose label is not -100 count. with_accuracy=True also returns the fraction of positions
+    positions whose label is not -100 count. tokens may be ChatRows instead: consecutive conversations,
+    one per row. with_accuracy=True also returns the fraction of positions
     where the most likely token is the right one: (loss, perplexity, accuracy). Under torchrun every rank
     must call it: each scores every world_size-th batch and the sums are added over the ranks.
     """
-    if len(tokens) < seq_len + 1:
-        raise ValueError(f"tokens has {len(tokens)} ids, fewer than seq_len + 1 = {seq_len + 1}; "
-                         "use more validation data or a shorter seq_len")
-    targets = tokens if labels is None else labels
-    n = (len(tokens) - 1) // seq_len
-    if max_batches is not None:
-        n = min(n, max_batches * batch_size)
-    x_all = tokens[: n * seq_len].view(n, seq_len)             # (N, T)
-    y_all = targets[1 : n * seq_len + 1].view(n, seq_len)     # (N, T)
+    if isinstance(tokens, ChatRows):
+        n = len(tokens) if max_batches is None else min(len(tokens), max_batches * batch_size)
+        get = lambda i: tokens.batch(range(i, min(i + batch_size, n)), seq_len)  # noqa: E731
+    else:
+        if len(tokens) < seq_len + 1:
+            raise ValueError(f"tokens has {len(tokens)} ids, fewer than seq_len + 1 = {seq_len + 1}; "
+                             "use more validation data or a shorter seq_len")
+        targets = tokens if labels is None else labels
+        n = (len(tokens) - 1) // seq_len
+        if max_batches is not None:
+            n = min(n, max_batches * batch_size)
+        x_all = tokens[: n * seq_len].view(n, seq_len)             # (N, T)
+        y_all = targets[1 : n * seq_len + 1].view(n, seq_len)     # (N, T)
+        get = lambda i: (x_all[i : i + batch_size], y_all[i : i + batch_size])  # noqa: E731
     device = next(model.parameters()).device
     rank, world = distributed.rank_and_world()
     was_training = model.training
@@ -95,7 +163,7 @@ def evaluate(model: TinyLM, tokens: torch.Tensor, batch_size: int, seq_len: int,
     loss_sum, count, correct = 0.0, 0, 0
     try:
         for i in range(rank * batch_size, n, world * batch_size):   # one process: every batch
-            x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
+            x, y = (t.to(device) for t in get(i))
             logits, _ = model(x)                                   # (B, T, V)
             loss_sum += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE_INDEX,
                                         reduction="sum").item()
@@ -167,7 +235,7 @@ def _diverged(what: str, step: int, cfg: TrainConfig, bf16: bool, kept: str, sav
                             f"Try {', '.join(tips[:-1])} or {tips[-1]}", step, saved_step)
 
 
-def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | None = None,
+def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torch.Tensor | ChatRows | None = None,
           config: TrainConfig | None = None, *, train_labels: torch.Tensor | None = None,
           val_labels: torch.Tensor | None = None, resume: Checkpoint | None = None,
           out: str | Path | None = None, extra: dict | None = None, until: int | None = None,
@@ -175,8 +243,10 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
           tokenizer: BPETokenizer | None = None) -> History:
     """Train model in place for config.steps steps and return the History.
 
-    train_tokens / val_tokens: 1-D token streams. train_labels / val_labels: optional label streams of
-    the same length (-100 = not supervised; the chat loss mask). resume: a Checkpoint from
+    train_tokens / val_tokens: 1-D token streams, cut into random windows of seq_len; or ChatRows for chat
+    fine-tuning, one whole conversation per row, the loss on the assistant's tokens only.
+    train_labels / val_labels: optional label streams of the same length as the token streams (-100 = not
+    supervised; the chat loss mask over packed conversations, as chapter 9 first shows it). resume: a Checkpoint from
     `load_checkpoint` (model weights already loaded into model) to continue exactly where it stopped.
     out: a folder to write a checkpoint to at every evaluation and at the end. until: stop after this
     many steps (the schedule still spans config.steps; checkpoints there too), e.g. to continue later.
@@ -224,7 +294,9 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
         return _diverged(what, step, cfg, bf16, kept, saved_step, before_update)
     stop = check_int("until", cfg.steps if until is None else until, start, cfg.steps,
                      span=f"in [{start}, steps={cfg.steps}]")
-    tokens_per_step = cfg.batch_size * cfg.seq_len
+    chat = isinstance(train_tokens, ChatRows)
+    if chat and train_labels is not None:
+        raise ValueError("ChatRows carry their own labels: pass train_labels only with a token stream")
 
     def run_eval(step: int) -> None:
         if val_tokens is not None:
@@ -243,15 +315,18 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
     model.train()
     bar = tqdm(range(start, stop), initial=start, total=cfg.steps, disable=not progress or rank != 0,
                desc="training", dynamic_ncols=True)
-    t0, steps_timed = time.perf_counter(), 0
+    t0, tokens_timed = time.perf_counter(), 0
     try:
         for step in bar:
             lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            x, y = get_batch(train_tokens, cfg.batch_size, cfg.seq_len, sampler, train_labels)  # (B, T) each
-            if train_labels is not None and not bool((y != IGNORE_INDEX).any()):
-                    warnings.warn(f"step {step + 1}: every label of the batch is -100, so its loss is 0 and it "
+            if chat:
+                x, y = train_tokens.sample(cfg.batch_size, cfg.seq_len, sampler)           # (B, T) each
+            else:
+                x, y = get_batch(train_tokens, cfg.batch_size, cfg.seq_len, sampler, train_labels)  # (B, T)
+            if (chat or train_labels is not None) and not bool((y != IGNORE_INDEX).any()):
+                warnings.warn(f"step {step + 1}: every label of the batch is -100, so its loss is 0 and it "
                               "teaches nothing; use a longer seq_len (or data with more supervised text)",
                               RuntimeWarning)
             if world > 1:                                  # every rank drew the same batch: keep this rank's rows
@@ -259,7 +334,7 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
             x, y = x.to(device), y.to(device)
             with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
                 _, loss = net(x, y)
-            if world > 1 and train_labels is not None:         # the mask leaves ranks unequal counts: reweight
+            if world > 1 and (chat or train_labels is not None):  # the mask leaves ranks unequal counts
                 loss = distributed.rebalance_loss(loss, y, world)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()                                    # under DDP the gradients arrive averaged over ranks
@@ -276,8 +351,8 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
             history.loss.append(loss_value)
             history.lr.append(lr)
             history.grad_norm.append(norm_value)
-            steps_timed += 1
-            tok_s = tokens_per_step * steps_timed / (time.perf_counter() - t0)
+            tokens_timed += x.numel() * world              # the global batch (chat rows: padded length)
+            tok_s = tokens_timed / (time.perf_counter() - t0)
             bar.set_postfix(loss=f"{history.loss[-1]:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
             if (step + 1) % cfg.eval_every == 0 or step + 1 in (cfg.steps, stop):
                 history.tokens_per_s.append(tok_s)
@@ -285,7 +360,7 @@ def train(model: TinyLM, train_tokens: torch.Tensor, val_tokens: torch.Tensor | 
                 if out is not None and rank == 0:              # the plain model: no DDP "module." prefix
                     save_checkpoint(out, model, optimizer, step + 1, cfg, sampler, history, extra, tokenizer)
                 saved_step = step + 1 if out is not None else None
-                t0, steps_timed = time.perf_counter(), 0    # don't count evaluation and saving as training time
+                t0, tokens_timed = time.perf_counter(), 0   # don't count evaluation and saving as training time
     finally:
         bar.close()
     return history
