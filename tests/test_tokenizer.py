@@ -347,10 +347,27 @@ def test_specials_must_be_a_tuple_of_strings(specials):
         BPETokenizer.train("some text to train on", 300, specials=specials)
 
 
-@pytest.mark.parametrize("ids", ["123", b"ab", [1.0], [True], [None], ["1"]])
+@pytest.mark.parametrize("ids", ["123", b"ab", [1.0], [True], [None], ["1"], None, 7])
 def test_decode_takes_int_ids_only(tok, ids):
     with pytest.raises(ValueError, match="ids|token ids must be ints"):
         tok.decode(ids)
+
+
+@pytest.mark.parametrize("flag", ["yes", 1, None])
+def test_allow_specials_must_be_a_bool(tok, flag):
+    with pytest.raises(ValueError, match="allow_specials"):
+        tok.encode("hi <eos>", allow_specials=flag)
+
+
+def test_loading_a_missing_file_a_folder_or_deeply_nested_json_says_so(tmp_path):
+    with pytest.raises(ValueError, match="no such file"):
+        BPETokenizer.load(tmp_path / "nope.json")
+    with pytest.raises(ValueError, match="it is a folder"):
+        BPETokenizer.load(tmp_path)
+    nested = tmp_path / "nested.json"
+    nested.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="not JSON"):
+        BPETokenizer.load(nested)
 
 
 def test_decode_accepts_numpy_and_torch_integers(tok):

@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from ._checks import check_header, check_int, is_int
+from ._checks import check_bool, check_header, check_int, is_int
 from .chat_template import COURSE, ChatTemplate
 
 # ---------------------------------------------------------------------------------------------
@@ -270,6 +270,7 @@ class BPETokenizer:
         """
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
+        check_bool("allow_specials", allow_specials)
         try:
             return self._encode(text, allow_specials)
         except UnicodeEncodeError as e:
@@ -347,8 +348,8 @@ class BPETokenizer:
         arbitrary id sequence (e.g. sampled from a model) can cut a multi-byte UTF-8 character; those invalid
         bytes become U+FFFD.
         """
-        if isinstance(ids, (str, bytes)):
-            raise ValueError(f"ids must be a list of token ids (ints), got a {type(ids).__name__}; "
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise ValueError(f"ids must be a list of token ids (ints), got {type(ids).__name__}; "
                              "to turn text into ids use encode()")
         return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
 
@@ -407,9 +408,12 @@ class BPETokenizer:
     @classmethod
     def load(cls, path: str | Path) -> "BPETokenizer":
         """Read a tokenizer saved by `save` (versions 1 and 2); ValueError says what is wrong with a bad file."""
+        if not Path(path).is_file():
+            raise ValueError(f"{path} is not a tokenizer file: "
+                             f"{'it is a folder' if Path(path).is_dir() else 'no such file'}")
         try:
             d = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
             raise ValueError(f"{path} is not a valid tokenizer file: not JSON ({e})") from None
         return cls.from_dict(d, source=str(path))
 
