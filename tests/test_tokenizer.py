@@ -262,19 +262,20 @@ def test_truncated_file_raises_value_error(tok, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # the shipped corpus
 # ---------------------------------------------------------------------------------------------
-def test_shipped_corpus_trains_to_4096_quickly_and_encodes_fast():
+def test_shipped_stories_train_a_tokenizer_quickly_and_encode_fast():
     text = corpus.story_text("train")
     assert len(text.encode()) <= 400_000
     t = time.perf_counter()
     tok = BPETokenizer.train(text, 4096)
     train_s = time.perf_counter() - t
-    assert tok.vocab_size == 4096               # the corpus has enough distinct pieces for 3,836 merges
+    # measured 3,331 ids: the stories run out of repeated pairs before the mini companion's 4,096
+    assert 3000 <= tok.vocab_size <= 4096
     t = time.perf_counter()
     ids = tok.encode(text)
     encode_s = time.perf_counter() - t
     assert tok.decode(ids) == text
-    assert len(text.encode()) / len(ids) > 3.0  # measured 3.40 bytes per token
-    assert train_s < 20 and encode_s < 10       # measured about 0.3 s and 0.15 s on one core
+    assert len(text.encode()) / len(ids) > 3.5  # measured 4.19 bytes per token
+    assert train_s < 20 and encode_s < 10       # measured about 3 s and 1 s on a busy core
 
 
 # ---------------------------------------------------------------------------------------------
