@@ -1,8 +1,10 @@
-"""Small model builders shared by the cache and generation tests."""
+"""Small model builders shared by the cache and generation tests, and slices of the shipped corpus."""
+
+import json
 
 import torch
 
-from tinylm import Config, TinyLM
+from tinylm import Config, TinyLM, corpus
 
 
 def tiny(**changes) -> Config:
@@ -22,3 +24,13 @@ def random_model(cfg: Config, std: float = 0.3, seed: int = 0) -> TinyLM:
             else:
                 p.copy_(1 + 0.2 * torch.randn_like(p))
     return model
+
+
+def corpus_text(n_chars: int) -> str:
+    """The first n_chars characters of the shipped training stories (`tinylm.corpus.story_text`)."""
+    return corpus.story_text("train")[:n_chars]
+
+
+def chat_jsonl(n: int) -> str:
+    """The first n training conversations of the shipped corpus as a .jsonl file's text."""
+    return "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in corpus.conversations("train")[:n])

@@ -205,16 +205,38 @@ def test_files_are_byte_identical_for_the_same_records(tmp_path):
     assert corpus.read_jsonl_gz(tmp_path / "a.jsonl.gz") == records
 
 
-def test_shipped_corpus_is_all_there_with_no_leak_or_not_there_at_all():
-    """Until tools/make_stories.py has been run with the real model, no split ships and the API says so."""
-    files = [corpus.DATA_DIR / f for f in (*corpus.STORY_FILES.values(), *corpus.CHAT_FILES.values())]
-    if not any(f.is_file() for f in files):
-        with pytest.raises(FileNotFoundError):
-            corpus.stories("train")
-        return
-    assert all(f.is_file() for f in files), "ship all four splits or none"
-    corpus.check_no_leak(corpus.stories("train"), corpus.stories("val"))
-    corpus.check_no_leak(corpus.conversations("train"), corpus.conversations("val"))
+def test_shipped_stories_share_no_story_or_line_between_train_and_val():
+    train, val = corpus.stories("train"), corpus.stories("val")
+    assert len(train) >= 200 and len(val) >= 15
+    corpus.check_no_leak(train, val)
+    train_lines = {corpus.normalize(line) for story in train for line in story.splitlines()}
+    assert not {corpus.normalize(story) for story in val} & {corpus.normalize(story) for story in train}
+    assert not {corpus.normalize(line) for story in val for line in story.splitlines()} & train_lines
+
+
+def test_shipped_conversations_share_no_question_or_answer_between_train_and_val():
+    train, val = corpus.conversations("train"), corpus.conversations("val")
+    assert len(train) >= 150 and len(val) >= 20
+    corpus.check_no_leak(train, val)
+    questions = [{corpus.normalize(c["messages"][0]["content"]) for c in part} for part in (train, val)]
+    assert not questions[0] & questions[1]
+    assert len(questions[0]) == len(train) and len(questions[1]) == len(val)     # one answer per question
+    for c in train + val:
+        assert [m["role"] for m in c["messages"]] == ["user", "assistant"]
+
+
+def test_shipped_stories_passed_the_cleaning_rules():
+    for story in corpus.stories("train") + corpus.stories("val"):
+        assert story == corpus.tidy(story) and corpus.SENTENCE_END.search(story)
+        assert not corpus.repetitive(story) and len(story.split()) >= corpus.MIN_STORY_WORDS
+    texts = corpus.stories("train") + corpus.stories("val")
+    kept, dropped = corpus.dedupe(texts)
+    assert kept == list(range(len(texts))), dropped                    # no duplicate or near copy left
+
+
+def test_story_text_joins_the_stories_with_a_blank_line():
+    text = corpus.story_text("val")
+    assert text.split(corpus.STORY_SEPARATOR) == corpus.stories("val")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,8 +257,11 @@ class ByteTok:
     """A stand-in for the SmolLM2 tokenizer: ids 0-1 special (1 = end of turn), bytes 2..61."""
     eos_id = 1
 
+    def encode(self, text):
+        return [2 + b % 60 for b in text.encode()]
+
     def encode_chat(self, messages):
-        return [0] + [2 + b % 60 for m in messages for b in m["content"].encode()]
+        return [0] + [i for m in messages for i in self.encode(m["content"])]
 
     def decode(self, ids):
         return "".join(chr(ord("a") + i % 26) for i in ids)

@@ -12,13 +12,14 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from helpers import chat_jsonl, corpus_text
+
 from tinylm import Config
 from tinylm.distributed import Launch, check_batch_size, launch_device, loss_weight, read_launch, shard
 from tinylm.tokenizer import BPETokenizer
 from tinylm.train import build_model, get_batch, load_checkpoint, main, train, TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tinylm" / "data"
 TOL = 1e-5   # gloo adds the two halves' gradients in another order than one process: equal up to rounding
 # A 19k-parameter model, 6 steps of 4 sequences x 16 tokens: each launch is dominated by starting Python.
 STEPS = ["--steps", "6", "--eval-every", "3", "--batch-size", "4", "--seq-len", "16", "--eval-batches", "2",
@@ -31,9 +32,9 @@ SHAPE = ["--vocab-size", "300", "--dim", "32", "--n-layers", "1", "--n-heads", "
 def files(tmp_path_factory) -> dict[str, Path]:
     """A small text, a chat file and a tokenizer trained once (so no process trains its own)."""
     d = tmp_path_factory.mktemp("dist")
-    text = (DATA / "dialogues.txt").read_text(encoding="utf-8")[:15_000]
+    text = corpus_text(15_000)
     (d / "data.txt").write_text(text, encoding="utf-8")
-    (d / "chat.jsonl").write_text("".join((DATA / "chat.jsonl").read_text(encoding="utf-8").splitlines(True)[:40]))
+    (d / "chat.jsonl").write_text(chat_jsonl(40), encoding="utf-8")
     BPETokenizer.train(text, 300).save(d / "tokenizer.json")
     return {"dir": d, "data": d / "data.txt", "chat": d / "chat.jsonl", "tokenizer": d / "tokenizer.json"}
 

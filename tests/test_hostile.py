@@ -30,6 +30,8 @@ import pytest
 import torch
 from safetensors.torch import save_file, save_model
 
+from helpers import corpus_text
+
 from tinylm import Config
 from tinylm.book import check_function, static_explorer
 from tinylm.chat import ChatSession
@@ -40,7 +42,6 @@ from tinylm.train import (History, TrainConfig, TrainingDiverged, build_model, e
 from tinylm.train.checkpoint import COMPLETE, SAVING
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tinylm" / "data"
 TINY = Config(vocab_size=300, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=64)
 SHAPE = ["--vocab-size", "300", "--dim", "32", "--n-layers", "1", "--n-heads", "2", "--n-kv-heads", "1",
          "--ffn-dim", "64", "--max-seq-len", "64"]
@@ -79,7 +80,7 @@ def test_the_memory_cap_bites():
 def files(tmp_path_factory) -> dict[str, Path]:
     """A small text and a tokenizer for it (300 ids), trained once."""
     d = tmp_path_factory.mktemp("hostile")
-    text = (DATA / "dialogues.txt").read_text(encoding="utf-8")[:15_000]
+    text = corpus_text(15_000)
     (d / "data.txt").write_text(text, encoding="utf-8")
     BPETokenizer.train(text, 300).save(d / "tokenizer.json")
     return {"dir": d, "data": d / "data.txt", "tokenizer": d / "tokenizer.json"}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinylm import count_params
+from tinylm import corpus, count_params
 from tinylm.generate import generate
 from tinylm.pretrained import load_gguf, permute_qk, smollm2_gguf_path, unpermute_qk
 
@@ -218,7 +218,7 @@ POOLS = ["abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789", "
 
 
 def texts() -> dict[str, list[str]]:
-    """Texts by kind: handmade cases, English prose, code, the course's dialogues, fuzz, random code points."""
+    """Texts by kind: handmade cases, English prose, code, the course's stories, fuzz, random code points."""
     rng = random.Random(13)
 
     def chunks(text: str, n: int) -> list[str]:
@@ -228,8 +228,7 @@ def texts() -> dict[str, list[str]]:
     from pydoc_data.topics import topics
 
     code = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "tinylm").rglob("*.py")))
-    data = ROOT / "tinylm" / "data"
-    chats = [json.dumps(json.loads(line)) for line in (data / "chat.jsonl").read_text(encoding="utf-8").splitlines()]
+    chats = [json.dumps(c) for c in corpus.conversations("train")]
     fuzz = ["".join(rng.choice(rng.choice(pools)) for _ in range(rng.randint(1, 40)))
             for pools in (rng.sample(POOLS, rng.randint(1, 5)) for _ in range(3000))]
     assigned = [c for c in map(chr, range(0x110000)) if unicodedata.category(c) not in ("Cn", "Cs")]
@@ -237,7 +236,7 @@ def texts() -> dict[str, list[str]]:
         "handmade": HANDMADE,
         "English prose (Python's pydoc topics)": chunks("\n\n".join(topics.values()), 600),
         "code (tinylm/*.py)": chunks(code, 300),
-        "the course's dialogues and chats": chunks((data / "dialogues.txt").read_text(encoding="utf-8"), 150) + chats[:100],
+        "the course's stories and chats": chunks(corpus.story_text("train"), 150) + chats[:100],
         "fuzz: scripts, digits, spaces, emoji, marks, controls": fuzz,
         "random assigned code points": ["".join(rng.choices(assigned, k=rng.randint(1, 30))) for _ in range(300)],
     }

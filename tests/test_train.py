@@ -11,16 +11,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinylm import Config, TinyLM
+from helpers import chat_jsonl, corpus_text
+
+from tinylm import Config, TinyLM, corpus
 from tinylm.chat import ChatSession, encode_chat, encode_conversations, load_conversations, render_chat
 from tinylm.tokenizer import BPETokenizer
 from tinylm.train import (
-    ChatRows, History, TrainConfig, build_model, evaluate, get_batch, load_checkpoint, lr_at, main, make_optimizer,
-    pad_conversations, save_checkpoint, split_train_val, train,
+    DEFAULT_CHAT, DEFAULT_TEXT, MINI_COMPANION, ChatRows, History, TrainConfig, bits_per_byte, build_model, evaluate,
+    get_batch, load_checkpoint, load_mini_companion, lr_at, main, make_optimizer, pad_conversations, save_checkpoint,
+    split_train_val, train,
 )
+from tinylm.train.cli import _read_data
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tinylm" / "data"
 TINY = Config(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64, qk_norm=True)
 
 
@@ -35,12 +38,12 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def tok() -> BPETokenizer:
-    return BPETokenizer.train((DATA / "dialogues.txt").read_text(encoding="utf-8")[:20_000], 300)
+    return BPETokenizer.train(corpus_text(20_000), 300)
 
 
 @pytest.fixture(scope="module")
 def stream(tok) -> torch.Tensor:
-    text = (DATA / "dialogues.txt").read_text(encoding="utf-8")[:20_000]
+    text = corpus_text(20_000)
     return torch.tensor(tok.encode(text), dtype=torch.long)
 
 
@@ -119,6 +122,63 @@ def test_evaluate_matches_a_hand_computed_cross_entropy():
     with torch.no_grad():
         first = F.cross_entropy(model(tokens[None, :16])[0][0], tokens[1:17]).item()
     assert masked == pytest.approx(first, rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# bits per byte
+# ---------------------------------------------------------------------------------------------
+def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_per_byte(tok):
+    model = TinyLM(TINY)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()                                   # logits all 0: every id has probability 1 / V
+    texts = ["Tom had a red kite.", "Mia sang a song to the moon, and the moon smiled back. Grüße!"]
+    bpb, n_bytes, n_tokens = bits_per_byte(model, tok, texts, prefix=tok.encode("\n\n"))
+    assert n_bytes == sum(len(t.encode()) for t in texts) and n_tokens == sum(len(tok.encode(t)) for t in texts)
+    assert bpb == pytest.approx(n_tokens * math.log2(TINY.vocab_size) / n_bytes, rel=1e-6)
+
+
+def test_bits_per_byte_sums_the_loss_of_each_text_after_its_prefix(tok):
+    torch.manual_seed(0)
+    model = TinyLM(TINY)
+    texts, prefix = ["One day Ben found a shell.", "The cat slept."], tok.encode("\n\n")
+    nats = 0.0
+    for t in texts:
+        ids = torch.tensor([prefix + tok.encode(t)])                       # (1, T)
+        logits = model(ids[:, :-1])[0][0]                                   # (T - 1, V)
+        nats += F.cross_entropy(logits[len(prefix) - 1:], ids[0, len(prefix):], reduction="sum").item()
+    bpb, n_bytes, _ = bits_per_byte(model, tok, texts, prefix)
+    assert bpb == pytest.approx(nats / math.log(2) / n_bytes, rel=1e-5)
+    assert model.training                                                   # the mode is restored
+    with pytest.raises(ValueError, match="prefix"):
+        bits_per_byte(model, tok, texts, prefix=[])
+    with pytest.raises(ValueError, match="max_seq_len"):
+        bits_per_byte(model, tok, ["word " * 200], prefix)
+
+
+# ---------------------------------------------------------------------------------------------
+# the default data and the shipped model
+# ---------------------------------------------------------------------------------------------
+def test_cli_default_data_is_the_corpus_with_its_own_validation_split():
+    assert _read_data(DEFAULT_TEXT, chat=False) == (corpus.story_text("train"), corpus.story_text("val"))
+    train_convs, val_convs = _read_data(DEFAULT_CHAT, chat=True)
+    assert train_convs == [c["messages"] for c in corpus.conversations("train")]
+    assert val_convs == [c["messages"] for c in corpus.conversations("val")]
+    with pytest.raises(ValueError, match="drop --chat"):
+        _read_data(DEFAULT_CHAT, chat=False)
+    with pytest.raises(ValueError, match="--chat"):
+        _read_data(DEFAULT_TEXT, chat=True)
+
+
+def test_shipped_mini_companion_loads_small_and_complete():
+    model, tok = load_mini_companion()
+    # the tokenizer may have fewer ids than the model's rows: the stories ran out of pairs to merge
+    assert model.cfg == Config.from_preset("mini-companion") and 3000 <= tok.vocab_size <= model.cfg.vocab_size
+    assert sum(p.numel() for p in model.parameters()) == 3_869_184
+    assert sum(f.stat().st_size for f in MINI_COMPANION.iterdir()) < 20_000_000
+    assert sorted(f.name for f in MINI_COMPANION.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    story = corpus.stories("val")[0]
+    assert tok.decode(tok.encode(story)) == story
 
 
 def test_split_train_val_keeps_the_last_fraction():
@@ -210,7 +270,7 @@ def test_sft_rows_do_not_see_each_other_or_the_padding(tok):
 
 
 def test_chat_rows_sample_evaluate_and_train(tok):
-    convs = load_conversations(DATA / "chat.jsonl")[:24]
+    convs = [c["messages"] for c in corpus.conversations("train")[:24]]
     rows = ChatRows([encode_chat(tok, c) for c in convs], pad_id=tok.special_ids["<eos>"])
     assert len(rows) == 24 and rows.n_tokens == sum(len(encode_chat(tok, c)[0]) for c in convs)
     a = rows.sample(4, 64, torch.Generator().manual_seed(3))
@@ -233,8 +293,8 @@ def test_chat_rows_sample_evaluate_and_train(tok):
 
 
 def test_shipped_chat_file_parses_and_alternates(tok):
-    conversations = load_conversations(DATA / "chat.jsonl")
-    assert len(conversations) > 200
+    conversations = [c["messages"] for c in corpus.conversations("train")]
+    assert len(conversations) > 150
     for turns in conversations:
         assert [t["role"] for t in turns] == ["user", "assistant"] * (len(turns) // 2)
     ids, labels = encode_conversations(tok, conversations[:5])
@@ -433,7 +493,7 @@ def test_model_flags_reach_the_config():
 
 def _tiny_flags(tmp_path: Path) -> list[str]:
     data = tmp_path / "data.txt"
-    data.write_text((DATA / "dialogues.txt").read_text(encoding="utf-8")[:15_000], encoding="utf-8")
+    data.write_text(corpus_text(15_000), encoding="utf-8")
     return ["--data", str(data), "--vocab-size", "300", "--dim", "32", "--n-layers", "1", "--n-heads", "2",
             "--n-kv-heads", "1", "--ffn-dim", "64", "--max-seq-len", "64", "--batch-size", "2", "--seq-len", "16",
             "--eval-batches", "1", "--sample-tokens", "5", "--no-progress"]
@@ -468,7 +528,7 @@ def test_cli_resume_continues_exactly_and_chat_fine_tunes(tmp_path):
         assert torch.equal(x, y)
     # chat fine-tuning from those weights, on a few conversations
     chat = tmp_path / "chat.jsonl"
-    chat.write_text("".join((DATA / "chat.jsonl").read_text(encoding="utf-8").splitlines(True)[:40]))
+    chat.write_text(chat_jsonl(40), encoding="utf-8")
     ft = tmp_path / "chat"
     assert main(["--chat", "--init", str(whole), "--data", str(chat), "--steps", "2", "--eval-every", "2",
                  "--batch-size", "2", "--seq-len", "48", "--eval-batches", "100", "--out", str(ft),

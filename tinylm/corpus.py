@@ -1,6 +1,7 @@
 """The course's corpus: short stories and chat answers written by a real model, cleaned, split, read back.
 
     stories("train"), stories("val")                list[str], one story each
+    story_text("train"), story_text("val")          str, the stories joined by a blank line (pretraining)
     conversations("train"), conversations("val")    list[{"messages": [{"role": ..., "content": ...}, ...]}]
 
 `tools/make_stories.py` has SmolLM2-135M-Instruct write the raw text (the TinyStories recipe, Eldan & Li,
@@ -33,6 +34,7 @@ SPLITS = ("train", "val")
 STORY_FILES = {split: f"stories_{split}.jsonl.gz" for split in SPLITS}   # one {"text": ...} per line
 CHAT_FILES = {split: f"chat_{split}.jsonl.gz" for split in SPLITS}      # one {"messages": [...]} per line
 MAKE_COMMAND = "python tools/make_stories.py"
+STORY_SEPARATOR = "\n\n"      # between stories in one pretraining text (a story is one paragraph)
 
 Conversation = dict  # {"messages": [{"role": "user" | "assistant", "content": str}, ...]}
 
@@ -43,6 +45,11 @@ Conversation = dict  # {"messages": [{"role": "user" | "assistant", "content": s
 def stories(split: str, data_dir: str | Path | None = None) -> list[str]:
     """The stories of split "train" or "val", one string each (paragraphs separated by newlines)."""
     return [record["text"] for record in _read(split, STORY_FILES, data_dir, "text")]
+
+
+def story_text(split: str, data_dir: str | Path | None = None) -> str:
+    """The stories of split as one text, STORY_SEPARATOR between them: what pretraining reads."""
+    return STORY_SEPARATOR.join(stories(split, data_dir))
 
 
 def conversations(split: str, data_dir: str | Path | None = None) -> list[Conversation]:
@@ -87,6 +94,7 @@ QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '
 MIN_FIRST_SENTENCE_WORDS = 6   # "Once upon a time." alone is no evidence of a copy
 NGRAM, NEAR_SHARE = 8, 0.5
 MIN_DISTINCT_4GRAMS = 0.8      # below this share of distinct word 4-grams a text counts as a loop
+MIN_STORY_WORDS = 40           # a shorter paragraph is a sketch, not a story
 
 
 def normalize(text: str) -> str:
@@ -150,12 +158,12 @@ def dedupe(texts: list[str], keys: list[str] | None = None) -> tuple[list[int], 
     return kept, dropped
 
 
-def clean_stories(raw: Iterable[dict], min_words: int = 40) -> tuple[list[str], dict[str, int]]:
+def clean_stories(raw: Iterable[dict], min_words: int = MIN_STORY_WORDS) -> tuple[list[str], dict[str, int]]:
     """Raw generations {"text": str, "finished": bool} -> the stories worth keeping, and the counts per rule.
 
     Dropped, in this order: "unfinished" (no end-of-turn token within the budget), "cut" (does not end a
-    sentence), "short" (fewer than min_words words), "repetitive" (`repetitive`), then `dedupe`'s rules. The counts include "raw" and
-    "kept".
+    sentence), "short" (fewer than min_words words), "repetitive" (`repetitive`), then `dedupe`'s rules.
+    The counts include "raw" and "kept".
     """
     raw = list(raw)
     stats = {"raw": len(raw), "unfinished": 0, "cut": 0, "short": 0, "repetitive": 0}

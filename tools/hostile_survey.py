@@ -110,8 +110,15 @@ def ids(*shape, high=300):
 
 
 @cache
+def corpus_text() -> str:
+    """The shipped training stories (tinylm.corpus), as the command line pretrains on them."""
+    from tinylm import corpus
+    return corpus.story_text("train")
+
+
+@cache
 def text() -> str:
-    return (ROOT / "tinylm" / "data" / "dialogues.txt").read_text(encoding="utf-8")[:15_000]
+    return corpus_text()[:15_000]
 
 
 def shared_files(ctx: Ctx) -> dict[str, Path]:
@@ -124,7 +131,8 @@ def shared_files(ctx: Ctx) -> dict[str, Path]:
         from tinylm.tokenizer import BPETokenizer
         from tinylm.train import main
         files["data"].write_text(text(), encoding="utf-8")
-        lines = (ROOT / "tinylm" / "data" / "chat.jsonl").read_text(encoding="utf-8").splitlines(True)[:40]
+        from tinylm import corpus
+        lines = [json.dumps(c, ensure_ascii=False) + "\n" for c in corpus.conversations("train")[:40]]
         files["chat"].write_text("".join(lines), encoding="utf-8")
         BPETokenizer.train(text(), 300).save(files["tok"])
         flags = ["--data", files["data"], "--tokenizer", files["tok"], *SHAPE, *QUIET, "--eval-every", "2"]
@@ -360,7 +368,7 @@ def _tokenizer_cases() -> None:
     valid("tokenizer", "encode 1 MB of letters without spaces (4,096 ids) within 10 s",
           lambda c: len(_tok4096(c).encode(_letters(1 << 20))) > 0, bool)
     valid("tokenizer", "encode 1 MB of English (4,096 ids)",
-          lambda c: len(_tok4096(c).encode((ROOT / "tinylm" / "data" / "dialogues.txt").read_text()[:1 << 20])) > 0,
+          lambda c: len(_tok4096(c).encode(corpus_text()[:1 << 20])) > 0,
           bool)
     for label, value in [("a string '123'", "123"), ("floats", [1.5]), ("-1", [-1]), ("vocab_size", [300]),
                          ("None", None), ("nested", [[1, 2]]), ("huge id", [10**20])]:
@@ -390,13 +398,13 @@ def _tok4096(ctx: Ctx):
     from tinylm.tokenizer import BPETokenizer
     path = ctx.shared / "tokenizer4096.json"
     if not path.exists():
-        BPETokenizer.train((ROOT / "tinylm" / "data" / "dialogues.txt").read_text(encoding="utf-8"), 4096).save(path)
+        BPETokenizer.train(corpus_text(), 4096).save(path)
     return BPETokenizer.load(path)
 
 
 def _letters(n: int) -> str:
     """n letters of the corpus with everything else removed: English without spaces."""
-    letters = re.sub(r"[^A-Za-z]", "", (ROOT / "tinylm" / "data" / "dialogues.txt").read_text(encoding="utf-8"))
+    letters = re.sub(r"[^A-Za-z]", "", corpus_text())
     return (letters * (n // len(letters) + 1))[:n]
 
 

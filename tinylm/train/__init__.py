@@ -10,17 +10,18 @@ One job per module:
 A notebook imports the pieces from here: `from tinylm.train import TrainConfig, build_model, train`.
 """
 
-from .checkpoint import Checkpoint, load_checkpoint, load_weights, read_checkpoint_config, save_checkpoint
+from .checkpoint import (Checkpoint, load_checkpoint, load_mini_companion, load_weights, read_checkpoint_config,
+                         save_checkpoint)
 from .cli import build_parser, main, pick_device
 from .loop import (
-    ChatRows, TrainingDiverged, build_model, evaluate, get_batch, lr_at, make_optimizer, pad_conversations,
-    split_train_val, train,
+    ChatRows, TrainingDiverged, bits_per_byte, build_model, evaluate, get_batch, lr_at, make_optimizer,
+    pad_conversations, split_train_val, train,
 )
-from .settings import DATA_DIR, DEFAULT_CHAT, DEFAULT_TEXT, History, TrainConfig
+from .settings import DATA_DIR, DEFAULT_CHAT, DEFAULT_TEXT, MINI_COMPANION, History, TrainConfig
 
 __all__ = [
-    "ChatRows", "Checkpoint", "DATA_DIR", "DEFAULT_CHAT", "DEFAULT_TEXT", "History", "TrainConfig", "TrainingDiverged",
-    "build_model", "build_parser", "evaluate", "get_batch", "load_checkpoint", "load_weights", "lr_at", "main",
-    "make_optimizer", "pad_conversations", "pick_device", "read_checkpoint_config", "save_checkpoint",
-    "split_train_val", "train",
+    "ChatRows", "Checkpoint", "DATA_DIR", "DEFAULT_CHAT", "DEFAULT_TEXT", "History", "MINI_COMPANION", "TrainConfig",
+    "TrainingDiverged", "bits_per_byte", "build_model", "build_parser", "evaluate", "get_batch", "load_checkpoint",
+    "load_mini_companion", "load_weights", "lr_at", "main", "make_optimizer", "pad_conversations", "pick_device",
+    "read_checkpoint_config", "save_checkpoint", "split_train_val", "train",
 ]

@@ -40,7 +40,7 @@ from ..config import Config
 from ..model import TinyLM
 from ..params import block_shapes, weight_shapes
 from ..tokenizer import BPETokenizer
-from .settings import History, TrainConfig
+from .settings import MINI_COMPANION, History, TrainConfig
 
 CHECKPOINT_FORMAT, CHECKPOINT_VERSION = "tinylm-checkpoint", 2
 WEIGHTS, STATE, CONFIG, TOKENIZER = "model.safetensors", "train_state.safetensors", "config.json", "tokenizer.json"
@@ -220,6 +220,12 @@ def load_weights(path: str | Path, device: torch.device | str = "cpu") -> TinyLM
     path = Path(path)
     meta = read_checkpoint_config(path, versions=(1, CHECKPOINT_VERSION))
     return _load_model(path, meta, device)
+
+
+def load_mini_companion(device: torch.device | str = "cpu") -> tuple[TinyLM, BPETokenizer]:
+    """The mini companion the course's command-line run trained on the shipped stories: (model, tokenizer),
+    read from tinylm/data/mini_companion (the run's last checkpoint, weights only; its log: cli_mini.log)."""
+    return load_weights(MINI_COMPANION, device), BPETokenizer.load(MINI_COMPANION / TOKENIZER)
 
 
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:

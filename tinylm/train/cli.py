@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 from tqdm.auto import tqdm
 
-from .. import distributed
+from .. import corpus, distributed
 from .._checks import IGNORE_INDEX, check_bool, check_int, check_number
 from ..chat import ChatSession, encode_chat, load_conversations
 from ..config import PRESETS, Config
@@ -96,12 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataclass_flags(m, Config, lambda name: f"(default: the preset's; mini-companion: {getattr(mini, name)})")
 
     d = p.add_argument_group("data")
-    d.add_argument("--data", type=Path, help=f"training data: a UTF-8 text file (default: the shipped "
-                   f"{DEFAULT_TEXT.name}), or with --chat a .jsonl of conversations (default: {DEFAULT_CHAT.name})")
+    d.add_argument("--data", type=Path, help=f"training data: a UTF-8 text file (default: the shipped stories, "
+                   f"{DEFAULT_TEXT.name}), or with --chat a .jsonl of conversations (default: {DEFAULT_CHAT.name}); "
+                   "the corpus's training files bring their validation split (tinylm.corpus)")
     d.add_argument("--tokenizer", type=Path, help="tokenizer JSON; trained on --data and saved there if missing "
                    "(default: the --resume/--init folder's, else one trained on --data); every checkpoint keeps "
                    "a copy")
-    d.add_argument("--val-fraction", type=float, default=0.05, help="last fraction of the data held out (default 0.05)")
+    d.add_argument("--val-fraction", type=float, default=0.05, help="last fraction of the data held out (default 0.05; "
+                   "not used with the corpus, which has its own split)")
     d.add_argument("--chat", action="store_true", help="fine-tune on conversations with the assistant-only loss "
                    f"mask (defaults become lr {CHAT_DEFAULTS['lr']}, min-lr {CHAT_DEFAULTS['min_lr']}, "
                    f"warmup {CHAT_DEFAULTS['warmup']})")
@@ -273,14 +275,35 @@ def _check_out(args: argparse.Namespace) -> None:
         raise ValueError(f"--out {out} is not writable; pass a folder you can write to")
 
 
+def corpus_split(path: Path) -> tuple[str, Path] | None:
+    """("stories" or "chat", folder) if path is a training file of the corpus (`tinylm.corpus`), else None."""
+    for kind, files in (("stories", corpus.STORY_FILES), ("chat", corpus.CHAT_FILES)):
+        if path.name == files["train"]:
+            return kind, path.parent
+    return None
+
+
 def _read_data(path: Path, chat: bool):
-    """The text (or, with --chat, the conversations) of --data; ValueError says what is wrong with the file."""
+    """(training, validation) data of --data: text (or, with --chat, conversations), and validation None when
+    --val-fraction is to cut it. A training file of the corpus brings its own validation split (no leak).
+    ValueError says what is wrong with the file."""
     if not path.exists():
-        raise ValueError(f"--data {path}: no such file")
+        hint = f"; write the corpus with `{corpus.MAKE_COMMAND} --help`" if corpus_split(path) else ""
+        raise ValueError(f"--data {path}: no such file{hint}")
     if not path.is_file():
         raise ValueError(f"--data {path} is a folder; pass a UTF-8 text file" + (" (.jsonl)" if chat else ""))
+    found = corpus_split(path)
+    if found:
+        kind, folder = found
+        if (kind == "chat") != chat:
+            raise ValueError(f"--data {path} holds {'conversations' if kind == 'chat' else 'stories'}: "
+                             + ("drop --chat to pretrain on it" if kind == "chat" else "pass conversations with "
+                                f"--chat, e.g. {folder / corpus.CHAT_FILES['train']}"))
+        if chat:
+            return tuple([c["messages"] for c in corpus.conversations(split, folder)] for split in corpus.SPLITS)
+        return tuple(corpus.story_text(split, folder) for split in corpus.SPLITS)
     if chat:
-        return load_conversations(path)
+        return load_conversations(path), None
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -288,7 +311,7 @@ def _read_data(path: Path, chat: bool):
                          "iconv -t utf-8") from None
     if not text.strip():
         raise ValueError(f"--data {path} holds no text")
-    return text
+    return text, None
 
 
 def _tokenizer(args: argparse.Namespace, text_for_training: Callable[[], str], vocab_size: int):
@@ -324,23 +347,26 @@ def _tokenizer(args: argparse.Namespace, text_for_training: Callable[[], str], v
     return tok, origin
 
 
-def _encode(tok: BPETokenizer, data, chat: bool, val_fraction: float, seq_len: int, data_path: Path):
+def _encode(tok: BPETokenizer, data, val_data, chat: bool, val_fraction: float, seq_len: int, data_path: Path):
     """Training and validation parts: token streams, each long enough for one window; or, for chat,
-    ChatRows (one whole conversation per batch row, the loss on the assistant's tokens only)."""
+    ChatRows (one whole conversation per batch row, the loss on the assistant's tokens only). val_data None:
+    the last val_fraction of data is held out."""
     if chat:
-        cut = max(1, int(len(data) * (1 - val_fraction)))
-        if cut >= len(data):
+        if val_data is None and len(_chat_halves(data, None, val_fraction)[1]) == 0:
             raise ValueError(f"--data {data_path} has {len(data)} conversation(s): too few to keep one for "
                              f"validation with --val-fraction {val_fraction}; use more data or a larger --val-fraction")
         pad = tok.eos_id if tok.eos_id is not None else 0
-        parts = [ChatRows([encode_chat(tok, c) for c in part], pad_id=pad) for part in (data[:cut], data[cut:])]
+        parts = [ChatRows([encode_chat(tok, c) for c in part], pad_id=pad)
+                 for part in _chat_halves(data, val_data, val_fraction)]
         for name, rows in zip(("training", "validation"), parts):
             if not any(label != IGNORE_INDEX for _, labels in rows.encoded for label in labels[1:seq_len + 1]):
                 raise ValueError(f"--data {data_path}: the {name} conversations have no assistant text to learn "
                                  f"from within --seq-len {seq_len}")
         return parts[0], parts[1], None, None
-    ids = torch.tensor(tok.encode(data), dtype=torch.long)
-    train_ids, val_ids = split_train_val(ids, val_fraction)
+    if val_data is None:
+        train_ids, val_ids = split_train_val(torch.tensor(tok.encode(data), dtype=torch.long), val_fraction)
+    else:
+        train_ids, val_ids = (torch.tensor(tok.encode(t), dtype=torch.long) for t in (data, val_data))
     if min(len(train_ids), len(val_ids)) < seq_len + 1:
         raise ValueError(f"--data {data_path} gives {len(train_ids):,} tokens to train on and {len(val_ids):,} to "
                          f"validate on (--val-fraction {val_fraction}); each part needs at least --seq-len + 1 = "
@@ -348,20 +374,35 @@ def _encode(tok: BPETokenizer, data, chat: bool, val_fraction: float, seq_len: i
     return train_ids, val_ids, None, None
 
 
-def _sample(model, tok: BPETokenizer, chat: bool, n_tokens: int, seed: int, device: torch.device) -> None:
-    """Print what the trained model says: three chat answers, or a continuation of a dialogue."""
+def _chat_halves(data: list, val_data: list | None, val_fraction: float) -> tuple[list, list]:
+    """Training and validation conversations: val_data, or else the last val_fraction of data."""
+    if val_data is not None:
+        return data, val_data
+    cut = max(1, int(len(data) * (1 - val_fraction)))
+    return data[:cut], data[cut:]
+
+
+SAMPLE_PROMPT = "Once upon a time"   # how the pretrained model's samples start
+N_SAMPLES = 3
+
+
+def _sample(model, tok: BPETokenizer, chat: bool, n_tokens: int, seed: int, device: torch.device,
+            questions: list[str]) -> None:
+    """Print what the trained model says: its answers to questions (chat), or three stories it starts from
+    SAMPLE_PROMPT (seeds seed, seed + 1, ...). Sampled at temperature 0.8 (chat 0.7), top-k 50; unedited."""
     limit = model.cfg.max_seq_len
     if chat:
         session = ChatSession(model, tok, max_new_tokens=min(n_tokens, max(1, limit // 2)), temperature=0.7,
                               top_k=50, seed=seed)
-        for question in ("Hello!", "What color is the sky?", "I have a headache. What should I do?"):
+        for question in questions:
             print(f"user: {question}\nassistant: {session.ask(question)}")
-    else:
-        prompt = tok.encode("Anna: Hello, Tom! How are you?\nTom:")[-max(1, limit // 2):]
-        gen = torch.Generator(device=device).manual_seed(seed)
+        return
+    prompt = tok.encode(SAMPLE_PROMPT)[-max(1, limit // 2):]
+    for n in range(N_SAMPLES):
+        gen = torch.Generator(device=device).manual_seed(seed + n)
         out_ids = generate(model, torch.tensor([prompt], device=device), min(n_tokens, limit - len(prompt)),
                            temperature=0.8, top_k=50, generator=gen)
-        print(tok.decode(out_ids[0].tolist()))
+        print(f"[sample {n + 1}, seed {seed + n}] {tok.decode(out_ids[0].tolist())}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"{args.resume}: the checkpoint's extra.data must be a path, got {extra['data']!r}")
         data_path = args.data or (Path(extra["data"]) if "data" in extra else None) \
             or (DEFAULT_CHAT if chat else DEFAULT_TEXT)
-        data = _read_data(data_path, chat)
+        data, val_data = _read_data(data_path, chat)
     except ValueError as e:
         parser.error(str(e))
     if args.threads:
@@ -419,8 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     t_tok = time.perf_counter() - t_tok
     t_enc = time.perf_counter()
     try:
-        train_ids, val_ids, train_labels, val_labels = _encode(tok, data, chat, args.val_fraction, tc.seq_len,
-                                                               data_path)
+        train_ids, val_ids, train_labels, val_labels = _encode(tok, data, val_data, chat, args.val_fraction,
+                                                               tc.seq_len, data_path)
     except ValueError as e:
         parser.error(str(e))
     t_enc = time.perf_counter() - t_enc
@@ -476,5 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"throughput: {history.tokens_per_s[-1]:,.0f} tokens/s over the last training steps "
             f"({launch.world_size} process{'es' if launch.distributed else ''})")
     if args.sample_tokens > 0 and launch.is_main:
-        _sample(model, tok, chat, args.sample_tokens, tc.seed, device)
+        held_out = _chat_halves(data, val_data, args.val_fraction)[1] if chat else []
+        questions = [c[0]["content"] for c in held_out[:N_SAMPLES]]     # questions it was not trained on
+        _sample(model, tok, chat, args.sample_tokens, tc.seed, device, questions)
     return 0

@@ -183,6 +183,42 @@ def evaluate(model: TinyLM, tokens: torch.Tensor | ChatRows, batch_size: int, se
     return (loss, ppl, correct / count) if with_accuracy else (loss, ppl)
 
 
+@torch.no_grad()
+def bits_per_byte(model: TinyLM, tokenizer: BPETokenizer, texts: Sequence[str], prefix: Sequence[int]
+                  ) -> tuple[float, int, int]:
+    """Bits per UTF-8 byte of texts under model -> (bits per byte, bytes, tokens).
+
+    Each text is scored alone, after the prefix ids (what the model expects before a text: a separator, a
+    <bos>): the negative log-likelihood of all its tokens, summed over the texts, / ln 2 / their bytes.
+    A loss per token depends on how much text a token holds; per byte it does not, so two models with
+    different tokenizers compare on the same text (as in Gao et al., 2020, The Pile). Every prefix +
+    text must fit in the model's max_seq_len.
+    """
+    if len(prefix) < 1:
+        raise ValueError("prefix must hold at least one token id: the first token of a text is predicted from it")
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    nats, n_bytes, n_tokens = 0.0, 0, 0
+    try:
+        for n, text in enumerate(texts):
+            ids = [int(i) for i in prefix] + tokenizer.encode(text)
+            if len(ids) - 1 > model.cfg.max_seq_len:
+                raise ValueError(f"text {n} is {len(ids) - len(prefix)} tokens after a prefix of {len(prefix)}, "
+                                 f"longer than the model's max_seq_len {model.cfg.max_seq_len}; score shorter texts")
+            x = torch.tensor([ids[:-1]], device=device)                           # (1, T)
+            logits = model(x)[0][0, len(prefix) - 1:].float()                     # (T_text, V)
+            target = torch.tensor(ids[len(prefix):], device=device)               # (T_text,)
+            nats += F.cross_entropy(logits, target, reduction="sum").item()
+            n_bytes += len(text.encode("utf-8"))
+            n_tokens += len(target)
+    finally:
+        model.train(was_training)
+    if n_bytes == 0:
+        raise ValueError("texts hold no bytes to score")
+    return nats / math.log(2) / n_bytes, n_bytes, n_tokens
+
+
 def build_model(cfg: Config, seed: int = 0, device: torch.device | str = "cpu") -> TinyLM:
     """A freshly initialised TinyLM; the same seed gives the same weights."""
     torch.manual_seed(seed)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from .. import corpus
 from .._checks import check_int, check_number
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
-DEFAULT_TEXT = DATA_DIR / "dialogues.txt"   # the pretraining corpus (tools/make_corpus.py)
-DEFAULT_CHAT = DATA_DIR / "chat.jsonl"      # conversations for chat fine-tuning
+DATA_DIR = corpus.DATA_DIR
+# the shipped corpus (tinylm.corpus), training splits; the CLI holds out their "val" splits, which share
+# no story, question or line with them
+DEFAULT_TEXT = DATA_DIR / corpus.STORY_FILES["train"]   # stories for pretraining
+DEFAULT_CHAT = DATA_DIR / corpus.CHAT_FILES["train"]    # conversations for chat fine-tuning
+MINI_COMPANION = DATA_DIR / "mini_companion"             # the CLI run's trained model (load_mini_companion)
 
 
 @dataclass
