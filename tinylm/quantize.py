@@ -1,0 +1,189 @@
+"""Weight formats for CPU inference: `quantize(model, "bf16" | "int8")`, and how close each stays to fp32.
+
+Decoding one token reads every weight once, so fewer bytes per weight is more tokens per second:
+
+    format  bytes/weight  what changes
+    fp32    4             nothing (the model as trained or loaded)
+    bf16    2             every parameter in bfloat16, so activations and the KV cache are bf16 too;
+                          RMSNorm still squares in fp32 inside (model.RMSNorm); the RoPE tables stay float64
+    int8    1 (+ scales)  the attention and SwiGLU linears, and the output head, hold int8 weights with one
+                          fp32 scale per output channel (weight-only: activations, norms, the embedding and
+                          the KV cache stay fp32)
+
+int8, per output channel, symmetric (as in LLM.int8's vector-wise quantization, Dettmers et al., 2022):
+
+    scale[n] = max_k |w[n, k]| / 127        q[n, k] = round(w[n, k] / scale[n])  in [-127, 127]
+    w[n, k] ≈ q[n, k] * scale[n]            error ≤ scale[n] / 2 per element
+
+An `Int8Linear` multiplies with `torch.ops.aten._weight_int8pack_mm` (int8 weights, bf16 activations,
+per-channel scales) when torch has it, else with the plain dequantize fallback, `F.linear(x, q) * scale`.
+The rule is that, fixed, not a race: the fallback is the readable definition and the tests keep the two
+equal. A tied head (SmolLM2) gets its own int8 copy; the embedding keeps its fp32 rows for the lookup,
+which reads one row per token.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._checks import check_bool, check_one_of, check_int
+from .model import TinyLM
+
+FORMATS = ("bf16", "int8")
+# torch's fused kernel for int8 weights and bf16 activations (CPU since torch 2.4); else the fallback
+KERNEL = hasattr(torch.ops.aten, "_weight_int8pack_mm")
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w (N, K) float -> q (N, K) int8 in [-127, 127], scale (N,) fp32: symmetric, one scale per row.
+
+    A row of zeros gets scale 0 (and q 0), so it dequantizes to zeros exactly.
+    """
+    if not isinstance(w, torch.Tensor) or w.dim() != 2 or not w.is_floating_point():
+        got = f"shape {tuple(w.shape)}, dtype {w.dtype}" if isinstance(w, torch.Tensor) else type(w).__name__
+        raise ValueError(f"w must be a 2-D float tensor (out_features, in_features), got {got}")
+    w = w.detach().float()
+    scale = w.abs().amax(dim=1) / 127                                        # (N,)
+    q = torch.round(w / torch.where(scale > 0, scale, 1.0)[:, None])         # (N, K) in [-127, 127]
+    return q.clamp(-127, 127).to(torch.int8), scale
+
+
+def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """q (N, K) int8, scale (N,) -> w (N, K) fp32 = q * scale, row by row."""
+    return q.float() * scale.float()[:, None]
+
+
+class Int8Linear(nn.Module):
+    """A bias-free linear layer with int8 weights (N, K) and fp32 per-output-channel scales (N,).
+
+    x (..., K) -> (..., N) in x's dtype. kernel=True: `_weight_int8pack_mm` on bf16 activations (its
+    vectorised path; with fp32 activations it is ~10x slower here). kernel=False: dequantize, then
+    `F.linear` with the activations rounded to bf16 as the kernel rounds them, so both give the same numbers.
+    """
+
+    def __init__(self, weight: torch.Tensor, kernel: bool = KERNEL):
+        super().__init__()
+        q, scale = quantize_int8(weight)
+        self.register_buffer("weight", q)                    # (N, K) int8
+        self.register_buffer("scale", scale)                 # (N,) fp32
+        self.kernel = kernel and KERNEL
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[1]
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape, dtype = x.shape, x.dtype
+        xb = x.reshape(-1, shape[-1]).to(torch.bfloat16)                        # (M, K)
+        if self.kernel:
+            y = torch.ops.aten._weight_int8pack_mm(xb, self.weight, self.scale.to(torch.bfloat16))
+        else:
+            # the scale is per output channel, so it factors out of the sum: (x @ q.T) * scale == x @ (q*s).T
+            y = F.linear(xb.float(), self.weight.float()) * self.scale.to(torch.bfloat16).float()
+            y = y.to(torch.bfloat16)                                             # as the kernel returns it
+        return y.to(dtype).reshape(*shape[:-1], self.out_features)              # (..., N)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8, kernel={self.kernel}"
+
+
+def _linears(model: TinyLM, head: bool) -> list[tuple[nn.Module, str, nn.Linear]]:
+    """(parent, attribute, layer) of every linear to quantize: attention and SwiGLU projections (experts
+    too; an MoE router stays fp32: its top-k choice is all it computes), and the output head."""
+    found = []
+    for layer in model.layers:
+        for parent in layer.modules():
+            for name, child in parent.named_children():
+                if isinstance(child, nn.Linear) and name.endswith("_proj"):
+                    found.append((parent, name, child))
+    if head:
+        found.append((model, "lm_head", model.lm_head))
+    return found
+
+
+def weight_format(model: TinyLM) -> str:
+    """'fp32', 'bf16' or 'int8': the format `quantize` left the model in."""
+    if any(isinstance(m, Int8Linear) for m in model.modules()):
+        return "int8"
+    return "bf16" if model.embed_tokens.weight.dtype == torch.bfloat16 else "fp32"
+
+
+def quantize(model: TinyLM, fmt: str, head: bool = True, kernel: bool = KERNEL) -> TinyLM:
+    """Convert a fp32 TinyLM to `fmt` ("bf16" or "int8") in place, for inference; return it (in eval mode).
+
+    head (int8 only): quantize the output head too (a tied head gets its own int8 copy, the embedding
+    stays fp32). kernel (int8 only): use `_weight_int8pack_mm` (True, where torch has it) or the
+    dequantize fallback (False). `generate` and `model.new_cache()` work unchanged (bf16: a bf16 cache).
+    """
+    if not isinstance(model, TinyLM):
+        raise ValueError(f"model must be a tinylm.TinyLM, got {type(model).__name__}")
+    check_one_of("fmt", fmt, FORMATS, hint=" (fp32 is the model as it is)")
+    check_bool("head", head)
+    check_bool("kernel", kernel)
+    have = weight_format(model)
+    if have != "fp32" or any(p.dtype != torch.float32 for p in model.parameters()):
+        raise ValueError(f"model must be fp32 to quantize, it is already {have}; load or build a fresh fp32 "
+                         "model and quantize that")
+    if fmt == "bf16":
+        for p in model.parameters():                 # parameters only: the float64 RoPE tables stay exact
+            p.data = p.data.to(torch.bfloat16)
+    else:
+        for parent, name, linear in _linears(model, head):
+            setattr(parent, name, Int8Linear(linear.weight, kernel=kernel))
+    return model.eval().requires_grad_(False)
+
+
+def weight_bytes_per_token(model: TinyLM) -> int:
+    """Bytes of weights one decoding step reads: every matrix once, but only one embedding row per token.
+
+    With a tied fp32 head the embedding matrix is read whole (as the head); int8 scales count too.
+    """
+    read, seen = 0, set()
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if name in ("cos", "sin") or id(t) in seen:
+            continue
+        seen.add(id(t))
+        nbytes = t.numel() * t.element_size()
+        if name == "embed_tokens.weight" and model.lm_head.weight is not t:   # only the looked-up row
+            nbytes = t.shape[1] * t.element_size()
+        read += nbytes
+    return read
+
+
+@torch.no_grad()
+def compare(reference: TinyLM, model: TinyLM, ids: torch.Tensor, window: int = 512) -> dict[str, float]:
+    """How close `model` predicts to `reference` on token ids (1, N), in windows of `window` tokens.
+
+    Returns perplexity of each (exp of the mean next-token cross-entropy), their ratio, and top-1
+    agreement: the share of positions where both put the same token first. Works for any two TinyLMs
+    with the same vocabulary (a real model and its quantized copy, or the trained mini companion).
+    """
+    check_int("window", window, low=2)
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] < 2:
+        got = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"ids must be a (1, N) tensor of token ids with N >= 2, got {got}")
+    nll = {"reference": 0.0, "model": 0.0}
+    same = count = 0
+    for start in range(0, ids.shape[1] - 1, window):
+        x = ids[:, start : start + window + 1]
+        if x.shape[1] < 2:
+            break
+        inp, tgt = x[:, :-1], x[:, 1:]
+        top = {}
+        for key, m in (("reference", reference), ("model", model)):
+            logits = m(inp)[0].float()                                        # (1, T, V)
+            nll[key] += F.cross_entropy(logits[0], tgt[0], reduction="sum").item()
+            top[key] = logits.argmax(-1)
+        same += int((top["reference"] == top["model"]).sum())
+        count += tgt.numel()
+    ppl_ref, ppl = math.exp(nll["reference"] / count), math.exp(nll["model"] / count)
+    return {"ppl_reference": ppl_ref, "ppl": ppl, "ppl_ratio": ppl / ppl_ref, "top1": same / count,
+            "tokens": count}
