@@ -193,3 +193,25 @@ def test_quiz_keys_are_not_all_in_one_position(path):
     positions = quiz_key_positions(load(path))
     assert len(positions) >= 2, f"{path.name}: a quick check needs at least two questions"
     assert len(set(positions)) > 1, f"{path.name}: every key sits at position {positions[0] + 1}"
+
+
+# Chapters whose code cells still have lines over 79 characters: they were being rewritten when the others
+# were reformatted (issue 17). Reformat one (tools/check_code_width.py lists its long lines), re-execute it,
+# and take it off this list; the browser test then holds it to the 1280-px code box too.
+AWAITING_REFORMAT = {"08_moe", "09_generation", "10_training", "12_real_model"}
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_code_lines_keep_to_79_characters(path):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from check_code_width import long_lines
+
+    found = long_lines(path)
+    if path.stem in AWAITING_REFORMAT:  # the list cannot go stale: a reformatted chapter must leave it
+        assert found, f"{path.name} keeps to 79 characters now: take it off AWAITING_REFORMAT"
+    else:
+        shown = "\n".join(f"cell {c}, line {n} ({len(t)} chars): {t}" for c, n, t in found[:10])
+        assert not found, f"{path.name}: {len(found)} code lines over 79 characters " \
+                          f"(python tools/check_code_width.py {path.relative_to(ROOT)}):\n{shown}"
