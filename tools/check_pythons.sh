@@ -27,9 +27,11 @@ STEP "the book (as make book: warnings are errors)"
   || { tail -40 "$OUT/book.log"; echo "the book failed to build on Python $VERSION"; exit 1; }
 echo "built $(find "$OUT/_build/html" -name '*.html' | wc -l) HTML pages"
 
+STATUS=0   # a failing step does not hide what the next one would say
 STEP "make unit"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider -m "not e2e and not slow" tests
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider -m "not e2e and not slow" tests || STATUS=1
 
 STEP "every chapter executed once, errors only"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider --nbval-lax chapters
-STEP "done"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --nbval-lax chapters || STATUS=1
+STEP "done (exit status $STATUS)"
+exit $STATUS
