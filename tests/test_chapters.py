@@ -198,7 +198,7 @@ def test_quiz_keys_are_not_all_in_one_position(path):
 # Chapters whose code cells still have lines over 79 characters: they were being rewritten when the others
 # were reformatted (issue 17). Reformat one (tools/check_code_width.py lists its long lines), re-execute it,
 # and take it off this list; the browser test then holds it to the 1280-px code box too.
-AWAITING_REFORMAT = {"08_moe", "09_generation", "10_training", "12_real_model"}
+AWAITING_REFORMAT: set[str] = set()
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
@@ -281,7 +281,7 @@ def required_imports(path: Path) -> set[str]:
 
 
 # Chapters with figures that still lack alt text: they were being rewritten when the others got theirs.
-AWAITING_ALT_TEXT = {"08_moe", "09_generation", "10_training"}
+AWAITING_ALT_TEXT: set[str] = set()
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
