@@ -124,8 +124,9 @@ def test_two_processes_reach_the_loss_and_weights_of_one(one_part, two_part):
 @pytest.mark.e2e
 def test_two_processes_match_one_with_the_chat_loss_mask(files, one):
     # the -100 mask gives each rank a different number of supervised positions: the loss is re-weighted
+    # (one whole conversation per row: 48 tokens reach past every prompt into the assistant's answer)
     flags = ["--chat", "--init", str(one), "--data", str(files["chat"]), "--steps", "3", "--eval-every", "3",
-             "--batch-size", "4", "--seq-len", "16", "--eval-batches", "100", "--threads", "1", "--no-progress",
+             "--batch-size", "4", "--seq-len", "48", "--eval-batches", "100", "--threads", "1", "--no-progress",
              "--sample-tokens", "0"]
     _main([*flags, "--out", str(files["dir"] / "chat1")])
     r = _torchrun([*flags, "--out", str(files["dir"] / "chat2")])
