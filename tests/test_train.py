@@ -499,6 +499,7 @@ def _tiny_flags(tmp_path: Path) -> list[str]:
             "--eval-batches", "1", "--sample-tokens", "5", "--no-progress"]
 
 
+@pytest.mark.e2e   # a fresh interpreter running the CLI (7 s): make test runs it, make unit does not
 def test_cli_tiny_run_writes_a_checkpoint(tmp_path):
     out = tmp_path / "run"
     r = subprocess.run([sys.executable, "-m", "tinylm.train", *_tiny_flags(tmp_path), "--steps", "4",
