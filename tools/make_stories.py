@@ -51,7 +51,7 @@ STORY_SYSTEM = "You are a storyteller for small children. You write short, simpl
 # of the turn) within 160 tokens, at 9-117 words. So a story is one paragraph, and it is finished where the
 # model ends that paragraph or its turn.
 STORY_HINT = " Tell it in one short paragraph."
-PARAGRAPH_END = "\n\n"
+PARAGRAPH_END = corpus.STORY_SEPARATOR            # a blank line: where a paragraph, so a story, ends
 CHAT_SYSTEM = "You are a friendly helper for children. Answer in one or two short, simple sentences."
 
 
