@@ -17,7 +17,7 @@ from tinylm import Config, TinyLM, corpus
 from tinylm.chat import ChatSession, encode_chat, encode_conversations, load_conversations, render_chat
 from tinylm.tokenizer import BPETokenizer
 from tinylm.train import (
-    DEFAULT_CHAT, DEFAULT_TEXT, MINI_COMPANION, ChatRows, History, TrainConfig, bits_per_byte, build_model, evaluate,
+    DEFAULT_CHAT, DEFAULT_TEXT, MINI_COMPANION, STORIES_TEXT, ChatRows, History, TrainConfig, bits_per_byte, build_model, evaluate,
     get_batch, load_checkpoint, load_mini_companion, lr_at, main, make_optimizer, pad_conversations, save_checkpoint,
     split_train_val, train,
 )
@@ -160,14 +160,15 @@ def test_bits_per_byte_sums_the_loss_of_each_text_after_its_prefix(tok):
 # the default data and the shipped model
 # ---------------------------------------------------------------------------------------------
 def test_cli_default_data_is_the_corpus_with_its_own_validation_split():
-    assert _read_data(DEFAULT_TEXT, chat=False) == (corpus.story_text("train"), corpus.story_text("val"))
+    assert _read_data(STORIES_TEXT, chat=False) == (corpus.story_text("train"), corpus.story_text("val"))
+    assert _read_data(DEFAULT_TEXT, chat=False) == (corpus.shakespeare_text("train"), corpus.shakespeare_text("val"))
     train_convs, val_convs = _read_data(DEFAULT_CHAT, chat=True)
     assert train_convs == [c["messages"] for c in corpus.conversations("train")]
     assert val_convs == [c["messages"] for c in corpus.conversations("val")]
     with pytest.raises(ValueError, match="drop --chat"):
         _read_data(DEFAULT_CHAT, chat=False)
     with pytest.raises(ValueError, match="--chat"):
-        _read_data(DEFAULT_TEXT, chat=True)
+        _read_data(STORIES_TEXT, chat=True)
 
 
 def test_shipped_mini_companion_loads_small_and_complete():

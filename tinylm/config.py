@@ -39,6 +39,8 @@ class Config:
                                 # counted from 1; Qwen2-MoE's decoder_sparse_step); the others stay dense
     moe_renormalize: bool = True  # top-k weights rescaled to sum to 1 (Mixtral); False: raw router
                                   # probabilities (Switch Transformer), so top-1 routing still learns
+    dropout: float = 0.0        # share of each sub-layer's output zeroed before the residual add, in
+                                # training only (GPT-2's residual dropout; Llama and Qwen3 use 0)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim"):
@@ -73,6 +75,8 @@ class Config:
         object.__setattr__(self, "mlp_aux_weight", check_number("mlp_aux_weight", self.mlp_aux_weight, 0))
         object.__setattr__(self, "moe_every", check_int("moe_every", self.moe_every, low=1))
         check_bool("moe_renormalize", self.moe_renormalize)
+        object.__setattr__(self, "dropout", check_number("dropout", self.dropout, 0, 1, high_open=True,
+                                                         span="in [0, 1)"))
         if self.n_experts and self.moe_every > self.n_layers:
             raise ValueError(
                 f"moe_every ({self.moe_every}) exceeds n_layers ({self.n_layers}): no block would get "

