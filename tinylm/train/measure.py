@@ -79,3 +79,26 @@ def throughput(cfg: Config, seq_len: int, tokens_per_s: float, peak_flops: float
     """(achieved FLOP/s, MFU) of training cfg at tokens_per_s, against peak_flops."""
     achieved = train_flops_per_token(cfg, seq_len) * tokens_per_s
     return achieved, achieved / peak_flops
+
+
+def cpu_flags() -> set[str]:
+    """The processor's feature flags (Linux /proc/cpuinfo); empty where unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_class(flags: set[str] | None = None) -> str:
+    """The class of x86 machine that decides which kernels run: 'AVX-512 with avx512_bf16 and VNNI', 'AVX2', ..."""
+    flags = cpu_flags() if flags is None else flags
+    if "avx512f" in flags:
+        extras = [name for flag, name in (("avx512_bf16", "avx512_bf16"), ("avx512_vnni", "VNNI")) if flag in flags]
+        return "AVX-512" + (f" with {' and '.join(extras)}" if extras else "")
+    if "avx2" in flags:
+        return "AVX2" + (" with AVX-VNNI" if "avx_vnni" in flags else " (no AVX-512, no VNNI)")
+    return "no AVX2" if flags else "unknown"

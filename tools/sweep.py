@@ -1,0 +1,153 @@
+"""Train configurations for a wall-clock budget on Shakespeare's train works; log validation bits per byte.
+
+    python tools/sweep.py --minutes 2 --configs v512 v1024 v2048 v4096 --log runs/vocab.log    # vocabulary
+    python tools/sweep.py --minutes 3 --configs d192x4 d256x4 d256x6 --log runs/sweep.log      # shapes
+
+Each configuration is a name in CONFIGS (model fields of `Config` and run fields of `TrainConfig`); all are
+trained one after the other in this process, on the same data, with the same seed and threads, for the same
+minutes (`TrainConfig.minutes`: warmup, then a cosine over the budget), and scored on the validation works
+(`tinylm.corpus.VAL_WORKS`) with `tinylm.train.measure.text_bits_per_byte`. Tokenizers are trained once per
+vocabulary size on the train works and kept in --cache. The log holds one line per run and a table at the
+end; run it alone on the machine (a timed run beside another job measures the job).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from tinylm import corpus  # noqa: E402
+from tinylm.config import Config  # noqa: E402
+from tinylm.params import count_params  # noqa: E402
+from tinylm.tokenizer import BPETokenizer  # noqa: E402
+from tinylm.train.loop import build_model, train  # noqa: E402
+from tinylm.train.measure import cpu_class, matmul_peak_flops, text_bits_per_byte, throughput  # noqa: E402
+from tinylm.train.settings import TrainConfig  # noqa: E402
+
+# the model every configuration starts from (QK-norm, tied head, 2 KV heads), and the run's settings
+BASE_MODEL = dict(vocab_size=1024, dim=192, n_layers=4, n_heads=6, n_kv_heads=2, ffn_dim=512, max_seq_len=256,
+                  qk_norm=True)
+BASE_RUN = dict(batch_size=16, seq_len=128, lr=3e-3, min_lr=3e-4, warmup=50, weight_decay=0.1, eval_every=10**9,
+                eval_batches=4, seed=0)
+
+
+def shape(dim: int, layers: int, heads: int, ffn: int, **more) -> dict:
+    return dict(dim=dim, n_layers=layers, n_heads=heads, n_kv_heads=max(1, heads // 3), ffn_dim=ffn, **more)
+
+
+CONFIGS: dict[str, dict] = {
+    # vocabulary, at the base shape
+    **{f"v{v}": dict(vocab_size=v) for v in (256, 512, 1024, 2048, 4096)},
+    # width x depth (ffn ~ 8/3 x width, a multiple of 64; head_dim 32)
+    "d128x4": shape(128, 4, 4, 384), "d192x4": shape(192, 4, 6, 512), "d192x6": shape(192, 6, 6, 512),
+    "d256x4": shape(256, 4, 8, 704), "d256x3": shape(256, 3, 8, 704), "d160x5": shape(160, 5, 5, 448),
+    "d256x6": shape(256, 6, 8, 704), "d320x4": shape(320, 4, 10, 832), "d128x8": shape(128, 8, 4, 384),
+    # the run's settings at the base shape
+    "lr2e-3": dict(lr=2e-3, min_lr=2e-4), "lr5e-3": dict(lr=5e-3, min_lr=5e-4), "lr8e-3": dict(lr=8e-3, min_lr=8e-4),
+    "b8": dict(batch_size=8), "b32": dict(batch_size=32), "t64": dict(seq_len=64, batch_size=32),
+    "t256": dict(seq_len=256, batch_size=8),
+}
+
+
+def parse_name(name: str) -> dict:
+    """A name of CONFIGS, or several joined by '+' (later ones win): 'd256x4+v2048+lr5e-3'."""
+    changes: dict = {}
+    for part in name.split("+"):
+        if part not in CONFIGS:
+            raise ValueError(f"unknown configuration {part!r}; choose from {sorted(CONFIGS)}")
+        changes |= CONFIGS[part]
+    return changes
+
+
+def tokenizer_for(vocab: int, text: str, cache: Path) -> BPETokenizer:
+    path = cache / f"shakespeare_bpe_{vocab}.json"
+    if path.is_file():
+        return BPETokenizer.load(path)
+    tok = BPETokenizer.train(text, vocab)
+    cache.mkdir(parents=True, exist_ok=True)
+    tok.save(path)
+    return tok
+
+
+def run_one(name: str, minutes: float, texts: dict[str, str], cache: Path, peak: float) -> dict:
+    changes = parse_name(name)
+    model_fields = {f: changes[f] for f in changes if f in Config.__dataclass_fields__}
+    run_fields = {f: changes[f] for f in changes if f in TrainConfig.__dataclass_fields__}
+    cfg = Config(**{**BASE_MODEL, **model_fields})
+    tc = TrainConfig(**{**BASE_RUN, **run_fields, "steps": 10**9, "minutes": minutes})
+    tok = tokenizer_for(cfg.vocab_size, texts["train"], cache)
+    train_ids = torch.tensor(tok.encode(texts["train"]), dtype=torch.long)
+    val_ids = torch.tensor(tok.encode(texts["val"]), dtype=torch.long)
+    model = build_model(cfg, tc.seed)
+    history = train(model, train_ids, val_ids, tc, progress=False)
+    bpb, n_bytes, n_tokens = text_bits_per_byte(model, tok, texts["val"], tc.seq_len, 64)
+    tokens = history.step[-1] * tc.batch_size * tc.seq_len
+    tok_s = tokens / history.time[-1]
+    _, mfu = throughput(cfg, tc.seq_len, tok_s, peak)
+    return {"name": name, "params": count_params(cfg).total, "vocab": cfg.vocab_size, "dim": cfg.dim,
+            "layers": cfg.n_layers, "heads": f"{cfg.n_heads}/{cfg.n_kv_heads}", "batch": tc.batch_size,
+            "seq_len": tc.seq_len, "lr": tc.lr, "steps": history.step[-1], "seconds": round(history.time[-1], 1),
+            "tokens": tokens, "epochs": round(tokens / len(train_ids), 2), "tokens_per_s": round(tok_s),
+            "mfu": round(mfu, 3), "train_bytes_per_token": round(len(texts["train"].encode()) / len(train_ids), 3),
+            "val_bytes_per_token": round(n_bytes / n_tokens, 3), "last_train_loss": round(history.loss[-1], 3),
+            "val_bpb": round(bpb, 4)}
+
+
+def table(rows: list[dict]) -> str:
+    head = (f"{'config':24s} {'params':>9s} {'V':>5s} {'B x T':>8s} {'lr':>7s} {'steps':>6s} {'epochs':>6s} "
+            f"{'tok/s':>7s} {'MFU':>5s} {'B/tok':>5s} {'val bpb':>8s}")
+    lines = [head, "-" * len(head)]
+    for r in sorted(rows, key=lambda r: r["val_bpb"]):
+        lines.append(f"{r['name']:24s} {r['params']:>9,} {r['vocab']:>5} {r['batch']:>3}x{r['seq_len']:<4} "
+                     f"{r['lr']:>7.0e} {r['steps']:>6} {r['epochs']:>6.2f} {r['tokens_per_s']:>7,} {r['mfu']:>5.0%} "
+                     f"{r['val_bytes_per_token']:>5.2f} {r['val_bpb']:>8.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--configs", nargs="+", required=True, help=f"names (join with +): {', '.join(CONFIGS)}")
+    p.add_argument("--minutes", type=float, default=3.0, help="wall-clock budget of each run (default 3)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--log", type=Path, required=True, help="log file (appended: one JSON line per run, then a table)")
+    p.add_argument("--cache", type=Path, default=Path("runs/tokenizers"), help="tokenizers, one per vocabulary")
+    args = p.parse_args(argv)
+    try:
+        for name in args.configs:
+            parse_name(name)
+    except ValueError as e:
+        p.error(str(e))
+    torch.set_num_threads(args.threads)
+    texts = {split: corpus.shakespeare_text(split) for split in ("train", "val")}
+    peak = matmul_peak_flops()
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.log, "a") as log:
+        log.write(f"# {' '.join(['python', 'tools/sweep.py', *(argv if argv is not None else sys.argv[1:])])}\n"
+                  f"# {time.strftime('%Y-%m-%d %H:%M')} torch {torch.__version__}, {args.threads} threads, "
+                  f"CPU {cpu_class()}, {os.cpu_count()} cores, load "
+                  f"{os.getloadavg()[0]:.1f}; fp32 matmul peak {peak / 1e9:.0f} GFLOP/s\n")
+        log.flush()
+        rows = []
+        for name in args.configs:
+            row = run_one(name, args.minutes, texts, args.cache, peak)
+            row["load"] = round(os.getloadavg()[0], 1)
+            rows.append(row)
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+            print(json.dumps(row), flush=True)
+        log.write("\n".join("# " + line for line in table(rows).splitlines()) + "\n")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
