@@ -553,10 +553,15 @@ def main() -> None:
     ap.add_argument("--companion", metavar="PATH", help="a trained checkpoint directory: quality of its formats too")
     ap.add_argument("--format-threads", type=lambda s: tuple(int(t) for t in s.split(",")), default=(1, 2),
                     help="thread counts of the weight-format table (default 1,2)")
+    ap.add_argument("--nanogpt", metavar="PATH", help="a karpathy/nanoGPT checkout: its CPU recipe beside tinylm's best "
+                    "3-minute configuration on Shakespeare (bench/nanogpt.py), and nothing else")
     ap.add_argument("--format-memory", nargs=2, metavar=("IMPL", "THREADS"), help=argparse.SUPPRESS)
     ap.add_argument("--memory", nargs=3, metavar=("CONFIG", "IMPL", "WORK"), help=argparse.SUPPRESS)
     ap.add_argument("--smollm2-memory", metavar="IMPL", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.nanogpt:
+        import nanogpt   # bench/nanogpt.py, beside this file
+        return nanogpt.main([args.nanogpt, "--threads", str(args.threads)])
     if args.memory:
         return _memory_child(*args.memory)
     if args.smollm2_memory:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import pickle
@@ -134,8 +135,8 @@ def run_tinylm(seconds: float, texts: dict[str, str], tok: BPETokenizer) -> dict
             "tokens_per_s": tokens / history.time[-1], "params": count_params(cfg).total}
 
 
-def compare(checkout: Path, threads: int = 2, minutes: float = 3.0) -> list[str]:
-    """Both rows (and tinylm at 3 minutes), as printed lines."""
+def compare(checkout: Path, threads: int = 2, minutes: float = 3.0) -> tuple[list[str], list[dict]]:
+    """Both rows (and tinylm at 3 minutes): the printed lines, and one dict per row."""
     checkout = checkout.resolve()
     if not (checkout / "train.py").is_file() or not (checkout / "model.py").is_file():
         raise ValueError(f"{checkout} is not a nanoGPT checkout (no train.py and model.py); pass the folder of "
@@ -143,6 +144,7 @@ def compare(checkout: Path, threads: int = 2, minutes: float = 3.0) -> list[str]
     torch.set_num_threads(threads)
     texts = {split: corpus.shakespeare_text(split) for split in corpus.SHAKESPEARE_SPLITS}
     peak = matmul_peak_flops()
+    rows: list[dict] = []
     lines = [f"Shakespeare, held-out works {', '.join(corpus.VAL_WORKS)} (val) and {', '.join(corpus.TEST_WORKS)} "
              f"(test); {threads} threads, CPU {cpu_class()}, fp32 matmul peak {peak / 1e9:.0f} GFLOP/s",
              f"{'run':34s} {'params':>9s} {'seconds':>7s} {'tokens/s':>9s} {'MFU':>5s} {'val bpb':>8s} "
@@ -154,6 +156,9 @@ def compare(checkout: Path, threads: int = 2, minutes: float = 3.0) -> list[str]
         scores = [nanogpt_bits_per_byte(checkout, work / "out" / "ckpt.pt", meta, texts[s]) for s in ("val", "test")]
         per_token, n_params = scores[0][1], scores[0][2]
         tok_s = ng["iters"] * 12 * 64 / ng["seconds"]
+        rows.append({"run": "nanoGPT CPU recipe (characters)", "params": n_params, "seconds": ng["seconds"],
+                     "tokens_per_s": tok_s, "mfu": per_token * tok_s / peak, "val_bpb": scores[0][0],
+                     "test_bpb": scores[1][0], "bytes_per_token": 1.0, "iters": ng["iters"]})
         lines.append(f"{'nanoGPT CPU recipe (chars)':34s} {n_params:>9,} {ng['seconds']:>7.1f} {tok_s:>9,.0f} "
                      f"{per_token * tok_s / peak:>5.0%} {scores[0][0]:>8.3f} {scores[1][0]:>8.3f}")
     tok = BPETokenizer.train(texts["train"], BEST_MODEL["vocab_size"])
@@ -161,10 +166,14 @@ def compare(checkout: Path, threads: int = 2, minutes: float = 3.0) -> list[str]
         run = run_tinylm(seconds, texts, tok)
         bpb = [text_bits_per_byte(run["model"], tok, texts[s], run["tc"].seq_len, 64)[0] for s in ("val", "test")]
         _, mfu = throughput(run["cfg"], run["tc"].seq_len, run["tokens_per_s"], peak)
+        n_bytes = len(texts["train"].encode())
+        rows.append({"run": label, "params": run["params"], "seconds": run["seconds"],
+                     "tokens_per_s": run["tokens_per_s"], "mfu": mfu, "val_bpb": bpb[0], "test_bpb": bpb[1],
+                     "bytes_per_token": n_bytes / len(tok.encode(texts["train"])), "steps": run["steps"]})
         lines.append(f"{label:34s} {run['params']:>9,} {run['seconds']:>7.1f} {run['tokens_per_s']:>9,.0f} "
                      f"{mfu:>5.0%} {bpb[0]:>8.3f} {bpb[1]:>8.3f}")
     lines.append(f"nanoGPT: {ng['command']} (iterations {ng['iters']}; its own last estimate: {ng['evals'][-1]})")
-    return lines
+    return lines, rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,12 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("nanogpt", type=Path, help="a checkout of karpathy/nanoGPT")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--minutes", type=float, default=3.0)
+    p.add_argument("--log", type=Path, help="also write the rows here: '#' lines, then one JSON object per row")
     args = p.parse_args(argv)
     try:
-        lines = compare(args.nanogpt, args.threads, args.minutes)
+        lines, rows = compare(args.nanogpt, args.threads, args.minutes)
     except ValueError as e:
         p.error(str(e))
     print("\n".join(lines))
+    if args.log:
+        command = " ".join(["python bench/nanogpt.py", *(argv if argv is not None else sys.argv[1:])])
+        args.log.write_text("\n".join([f"# {command}", f"# {lines[0]}", *(json.dumps(r) for r in rows),
+                                       *(f"# {line}" for line in lines[1:])]) + "\n")
     return 0
 
 

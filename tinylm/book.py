@@ -9,9 +9,11 @@ Element ids are derived from a key the chapter gives, so re-executing a chapter 
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import hashlib
 import html
+import importlib
 import io
 import itertools
 import json
@@ -274,10 +276,48 @@ def _as_numpy(value: Any) -> tuple[np.ndarray, str]:
     return array, array.dtype.name
 
 
+_FORBIDDEN = "__tinylm_forbidden__"
+
+
+def _refuse(*args, **kwargs):
+    # the swapped code runs with the forbidden function's globals: only builtins and constants here
+    raise LookupError("__tinylm_forbidden__")
+
+
+@contextlib.contextmanager
+def forbidden(functions: Sequence[Callable]):
+    """While inside, each of functions raises instead of running, whatever name it is called by.
+
+    The function's code is swapped (so `encode_chat` imported into a notebook is caught as well as
+    `tinylm.chat.encode_chat`); a function whose code cannot be swapped (a closure) is replaced on its class
+    or module instead.
+    """
+    swapped, replaced = [], []
+    try:
+        for fn in functions:
+            target = getattr(fn, "__func__", fn)
+            if getattr(target, "__code__", None) is not None and not target.__code__.co_freevars:
+                swapped.append((target, target.__code__))
+                target.__code__ = _refuse.__code__
+            else:
+                owner = getattr(fn, "__self__", None) or importlib.import_module(fn.__module__)
+                replaced.append((owner, fn.__name__, getattr(owner, fn.__name__)))
+                setattr(owner, fn.__name__, _refuse)
+        yield
+    finally:
+        for target, code in swapped:
+            target.__code__ = code
+        for owner, attr, value in replaced:
+            setattr(owner, attr, value)
+
+
 def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tuple], *,
                    atol: float = 1e-6, rtol: float = 1e-6, name: str = "your function",
-                   timeout: float = 10.0) -> Verdict:
+                   timeout: float = 10.0, forbid: Sequence[Callable] = ()) -> Verdict:
     """Call both functions on each case (a tuple of arguments) and say whether the outputs agree.
+
+    forbid: functions the answer must not call (the library's own implementation of the exercise, often
+    the reference itself): while the learner's function runs they raise, and the verdict says so.
 
     The learner may answer with a NumPy array or a torch tensor. A float32 (or 16-bit) answer is held to
     its precision, at least `_TOLERANCE_FLOOR[dtype]`, and a NOT YET names the dtype and the tolerance.
@@ -297,8 +337,15 @@ def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tu
     for n, args in enumerate(cases):
         expected = np.asarray(reference_fn(*args))
         try:
-            got = _call_with_deadline(user_fn, [a.copy() if isinstance(a, np.ndarray) else a for a in args],
-                                      max(deadline - time.monotonic(), 1e-3))
+            with forbidden(forbid):
+                got = _call_with_deadline(user_fn, [a.copy() if isinstance(a, np.ndarray) else a for a in args],
+                                          max(deadline - time.monotonic(), 1e-3))
+        except LookupError as e:
+            if e.args != (_FORBIDDEN,):
+                return Verdict(False, f"{name} raised LookupError: {e} on case {n + 1}.")
+            names = ", ".join(getattr(f, "__qualname__", str(f)) for f in forbid)
+            return Verdict(False, f"{name} calls the library's own answer ({names}): the exercise is yours "
+                                  "to write, from the pieces the prompt names.")
         except _TimeUp:
             return Verdict(False, f"{name} did not finish within {timeout:g} s (at case {n + 1}); is there a "
                                   "loop that never ends?")

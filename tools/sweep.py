@@ -51,10 +51,13 @@ CONFIGS: dict[str, dict] = {
     "d128x4": shape(128, 4, 4, 384), "d192x4": shape(192, 4, 6, 512), "d192x6": shape(192, 6, 6, 512),
     "d256x4": shape(256, 4, 8, 704), "d256x3": shape(256, 3, 8, 704), "d160x5": shape(160, 5, 5, 448),
     "d256x6": shape(256, 6, 8, 704), "d320x4": shape(320, 4, 10, 832), "d128x8": shape(128, 8, 4, 384),
+    "d128x3": shape(128, 3, 4, 384), "d96x4": shape(96, 4, 3, 256), "d128x2": shape(128, 2, 4, 384),
     # the run's settings at the base shape
     "lr2e-3": dict(lr=2e-3, min_lr=2e-4), "lr5e-3": dict(lr=5e-3, min_lr=5e-4), "lr8e-3": dict(lr=8e-3, min_lr=8e-4),
     "b8": dict(batch_size=8), "b32": dict(batch_size=32), "t64": dict(seq_len=64, batch_size=32),
     "t256": dict(seq_len=256, batch_size=8),
+    # another seed (model init and batches), for the run-to-run spread; dropout against overfitting
+    "s1": dict(seed=1), "s2": dict(seed=2), "drop0.1": dict(dropout=0.1), "drop0.2": dict(dropout=0.2),
 }
 
 
