@@ -9,7 +9,7 @@
    nanoGPT is copied into this repository). Only --dataset, --out_dir and --always_save_checkpoint=True (so
    the final weights are scored) are added to its flags. Its training time is timed from its first
    iteration to its end (its imports and data loading left out, as tinylm's tokenizer and encoding are).
-2. tinylm: the best configuration of the 3-minute sweep (BEST; see tinylm/data/shakespeare/sweep.log) for
+2. tinylm: the best configuration of the 3-minute sweep (BEST; see tinylm/data/runs/sweep_3min.log) for
    nanoGPT's measured time, then for 3 minutes (`TrainConfig.minutes`).
 3. Both scored on the same held-out works, every character or token predicted once, in bits per byte (the
    works are ASCII: one character is one byte); tokens/s and MFU against the same measured matmul peak.
@@ -34,25 +34,22 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
 from tinylm import corpus  # noqa: E402
-from tinylm.config import Config  # noqa: E402
 from tinylm.params import count_params  # noqa: E402
 from tinylm.tokenizer import BPETokenizer  # noqa: E402
 from tinylm.train.loop import build_model, train  # noqa: E402
 from tinylm.train.measure import cpu_class, matmul_peak_flops, text_bits_per_byte, throughput  # noqa: E402
-from tinylm.train.settings import TrainConfig  # noqa: E402
+import sweep  # noqa: E402  (tools/sweep.py: the configurations by name)
 
 # nanoGPT's README, "I only have a macbook" (its CPU recipe), word for word
 NANOGPT_FLAGS = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
                  "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
                  "--n_embd=128", "--max_iters=2000", "--lr_decay_iters=2000", "--dropout=0.0"]
 DATASET = "tinylm_shakespeare_char"
-# tinylm's best 3-minute configuration (tools/sweep.py; the sweep's log is shipped beside the splits)
-BEST_MODEL = dict(vocab_size=1024, dim=192, n_layers=4, n_heads=6, n_kv_heads=2, ffn_dim=512, max_seq_len=256,
-                  qk_norm=True)
-BEST_RUN = dict(batch_size=16, seq_len=128, lr=3e-3, min_lr=3e-4, warmup=50, weight_decay=0.1,
-                eval_every=10**9, eval_batches=4, seed=0)
+# tinylm's best 3-minute configuration, by name in tools/sweep.py (its log: tinylm/data/runs/sweep_3min.log)
+BEST = "d96x4+v1024+b8+lr5e-3"
 
 
 def write_char_dataset(folder: Path, texts: dict[str, str]) -> dict:
@@ -124,8 +121,7 @@ def nanogpt_bits_per_byte(checkout: Path, ckpt_path: Path, meta: dict, text: str
 
 
 def run_tinylm(seconds: float, texts: dict[str, str], tok: BPETokenizer) -> dict:
-    cfg = Config(**BEST_MODEL)
-    tc = TrainConfig(**BEST_RUN, steps=10**9, minutes=seconds / 60)
+    cfg, tc = sweep.configuration(BEST, seconds / 60)
     train_ids = torch.tensor(tok.encode(texts["train"]), dtype=torch.long)
     val_ids = torch.tensor(tok.encode(texts["val"]), dtype=torch.long)
     model = build_model(cfg, tc.seed)
@@ -161,7 +157,7 @@ def compare(checkout: Path, threads: int = 2, minutes: float = 3.0) -> tuple[lis
                      "test_bpb": scores[1][0], "bytes_per_token": 1.0, "iters": ng["iters"]})
         lines.append(f"{'nanoGPT CPU recipe (chars)':34s} {n_params:>9,} {ng['seconds']:>7.1f} {tok_s:>9,.0f} "
                      f"{per_token * tok_s / peak:>5.0%} {scores[0][0]:>8.3f} {scores[1][0]:>8.3f}")
-    tok = BPETokenizer.train(texts["train"], BEST_MODEL["vocab_size"])
+    tok = BPETokenizer.train(texts["train"], sweep.configuration(BEST, minutes)[0].vocab_size)
     for label, seconds in (("tinylm, nanoGPT's time", ng["seconds"]), (f"tinylm, {minutes:g} minutes", 60 * minutes)):
         run = run_tinylm(seconds, texts, tok)
         bpb = [text_bits_per_byte(run["model"], tok, texts[s], run["tc"].seq_len, 64)[0] for s in ("val", "test")]

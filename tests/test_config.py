@@ -14,7 +14,8 @@ def test_defaults_are_the_running_example():
 
 
 def test_presets():
-    assert set(PRESETS) == {"running-example", "small-variant", "mini-companion"}
+    assert set(PRESETS) == {"running-example", "small-variant", "mini-companion", "shakespeare-3min",
+                            "shakespeare-companion"}
     mini = Config.from_preset("mini-companion")
     assert (mini.vocab_size, mini.dim, mini.n_layers, mini.n_heads, mini.n_kv_heads, mini.ffn_dim,
             mini.max_seq_len, mini.qk_norm, mini.head_dim) == (4096, 256, 4, 8, 2, 704, 256, True, 32)

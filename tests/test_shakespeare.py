@@ -219,3 +219,16 @@ def test_the_sweep_and_nanogpt_tools_refuse_what_they_cannot_run(tmp_path):
     import numpy as np
     assert meta["itos"] == {0: "\n", 1: "a", 2: "b", 3: "c"}
     assert np.fromfile(tmp_path / "d" / "val.bin", dtype=np.uint16).tolist() == [1, 2, 3]
+
+
+def test_the_presets_are_the_sweeps_best_and_the_shipped_companion():
+    import sweep
+    sys.path.insert(0, str(ROOT / "bench"))
+    import nanogpt
+    assert sweep.configuration(nanogpt.BEST, 3.0)[0] == Config.from_preset("shakespeare-3min")
+    rows = [json.loads(line) for line in (corpus.DATA_DIR / "runs" / "sweep_3min.log").read_text().splitlines()
+            if line.startswith("{")]
+    assert min(rows, key=lambda r: r["val_bpb"])["name"] == nanogpt.BEST
+    from tinylm.train import load_mini_companion
+    model, tok = load_mini_companion()
+    assert model.cfg == Config.from_preset("shakespeare-companion") and tok.vocab_size == model.cfg.vocab_size

@@ -138,4 +138,14 @@ PRESETS: dict[str, Config] = {
         vocab_size=4096, dim=256, n_layers=4, n_heads=8, n_kv_heads=2, ffn_dim=704,
         max_seq_len=256, qk_norm=True,
     ),
+    # Shakespeare (tools/sweep.py): the best of the 3-minute sweep on 2 cores, and the shipped companion's
+    # shape (40 minutes, with dropout: it passes over the works several times)
+    "shakespeare-3min": Config(
+        vocab_size=1024, dim=96, n_layers=4, n_heads=3, n_kv_heads=1, ffn_dim=256, max_seq_len=256,
+        qk_norm=True,
+    ),
+    "shakespeare-companion": Config(
+        vocab_size=1024, dim=256, n_layers=6, n_heads=8, n_kv_heads=2, ffn_dim=704, max_seq_len=256,
+        qk_norm=True, dropout=0.1,
+    ),
 }

@@ -51,7 +51,7 @@ CONFIGS: dict[str, dict] = {
     "d128x4": shape(128, 4, 4, 384), "d192x4": shape(192, 4, 6, 512), "d192x6": shape(192, 6, 6, 512),
     "d256x4": shape(256, 4, 8, 704), "d256x3": shape(256, 3, 8, 704), "d160x5": shape(160, 5, 5, 448),
     "d256x6": shape(256, 6, 8, 704), "d320x4": shape(320, 4, 10, 832), "d128x8": shape(128, 8, 4, 384),
-    "d128x3": shape(128, 3, 4, 384), "d96x4": shape(96, 4, 3, 256), "d128x2": shape(128, 2, 4, 384),
+    "d128x3": shape(128, 3, 4, 384), "d96x4": shape(96, 4, 3, 256), "d64x4": shape(64, 4, 2, 192), "d128x2": shape(128, 2, 4, 384),
     # the run's settings at the base shape
     "lr2e-3": dict(lr=2e-3, min_lr=2e-4), "lr5e-3": dict(lr=5e-3, min_lr=5e-4), "lr8e-3": dict(lr=8e-3, min_lr=8e-4),
     "b8": dict(batch_size=8), "b32": dict(batch_size=32), "t64": dict(seq_len=64, batch_size=32),
@@ -81,12 +81,17 @@ def tokenizer_for(vocab: int, text: str, cache: Path) -> BPETokenizer:
     return tok
 
 
-def run_one(name: str, minutes: float, texts: dict[str, str], cache: Path, peak: float) -> dict:
+def configuration(name: str, minutes: float) -> tuple[Config, TrainConfig]:
+    """The model and the run a name stands for, trained for minutes."""
     changes = parse_name(name)
     model_fields = {f: changes[f] for f in changes if f in Config.__dataclass_fields__}
     run_fields = {f: changes[f] for f in changes if f in TrainConfig.__dataclass_fields__}
-    cfg = Config(**{**BASE_MODEL, **model_fields})
-    tc = TrainConfig(**{**BASE_RUN, **run_fields, "steps": 10**9, "minutes": minutes})
+    return (Config(**{**BASE_MODEL, **model_fields}),
+            TrainConfig(**{**BASE_RUN, **run_fields, "steps": 10**9, "minutes": minutes}))
+
+
+def run_one(name: str, minutes: float, texts: dict[str, str], cache: Path, peak: float) -> dict:
+    cfg, tc = configuration(name, minutes)
     tok = tokenizer_for(cfg.vocab_size, texts["train"], cache)
     train_ids = torch.tensor(tok.encode(texts["train"]), dtype=torch.long)
     val_ids = torch.tensor(tok.encode(texts["val"]), dtype=torch.long)
