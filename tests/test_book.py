@@ -88,3 +88,65 @@ def test_check_function_explains_infinities_without_warnings(recwarn):
     v = check_function(lambda x: np.where(x > 0.5, x, -np.inf), masked, CASES)
     assert not v and "infinite" in v.message, v.message
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+# check_function(..., forbid=[module or class]): the learner's own code, not tinylm's
+from tinylm import tokenizer as tokenizer_module  # noqa: E402
+from tinylm.tokenizer import BPETokenizer, _merge  # noqa: E402
+
+TOK = BPETokenizer.train("the cat sat on the mat; the hat is that flat hat. " * 3, 280)
+TEXTS = [("the cat",), ("a flat hat sat",), ("that mat!",)]
+
+
+def own_encode(text):
+    """BPE encoding written from scratch: the lowest-ranked pair first, in every piece."""
+    ranks = {pair: r for r, pair in enumerate(TOK.merges)}
+    ids = []
+    for piece in re.findall(tokenizer_module.PATTERN, text):
+        word = list(piece.encode("utf-8"))
+        while len(word) > 1:
+            best = min(zip(word, word[1:]), key=lambda p: ranks.get(p, len(ranks)))
+            if best not in ranks:
+                break
+            new, i = [], 0
+            while i < len(word):
+                if tuple(word[i:i + 2]) == best:
+                    new.append(256 + ranks[best])
+                    i += 2
+                else:
+                    new.append(word[i])
+                    i += 1
+            word = new
+        ids += word
+    return ids
+
+
+def test_check_function_with_forbid_passes_own_code_and_refuses_tinylms():
+    forbid = [tokenizer_module]
+    assert check_function(own_encode, TOK.encode, TEXTS, forbid=forbid)
+    v = check_function(lambda text: TOK.encode(text), TOK.encode, TEXTS, forbid=forbid, name="encode")
+    assert not v and "tinylm.tokenizer.BPETokenizer.encode" in v.message and "yourself" in v.message, v.message
+    v = check_function(lambda text: BPETokenizer.train(text, 300).encode(text), TOK.encode, TEXTS, forbid=forbid)
+    assert not v and "BPETokenizer.train" in v.message, v.message
+    # a class alone: its methods, not the rest of its module
+    assert check_function(lambda text: own_encode(text) if _merge([1], (1, 1), 2) else None, TOK.encode, TEXTS,
+                          forbid=[BPETokenizer])
+
+
+def test_forbid_catches_names_imported_into_the_learners_namespace_and_swallowed_errors():
+    namespace = {"_merge": _merge, "encode": TOK.encode, "own_encode": own_encode}
+    exec("def by_alias(text):\n    return encode(text)\n"
+         "def swallowed(text):\n"
+         "    try:\n        _merge([1, 2], (1, 2), 3)\n    except BaseException:\n        pass\n"
+         "    return own_encode(text)\n", namespace)
+    for fn, called in ((namespace["by_alias"], "BPETokenizer.encode"), (namespace["swallowed"], "_merge")):
+        v = check_function(fn, TOK.encode, TEXTS, forbid=[tokenizer_module])
+        assert not v and called in v.message, v.message
+    # everything is put back: the module, the class and the learner's names
+    assert tokenizer_module._merge is _merge and namespace["_merge"] is _merge
+    assert namespace["encode"].__func__ is BPETokenizer.encode and TOK.encode("the cat") == own_encode("the cat")
+
+
+def test_forbid_must_name_modules_or_classes():
+    with pytest.raises(ValueError, match="modules or classes"):
+        check_function(own_encode, TOK.encode, TEXTS, forbid=["tinylm.tokenizer"])

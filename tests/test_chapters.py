@@ -104,6 +104,13 @@ def test_toc_lists_every_chapter():
         assert f"chapters/{path.stem}" in toc, f"{path.name} is missing from _toc.yml"
 
 
+def test_every_chapter_of_the_toc_is_a_notebook():
+    toc = re.findall(r"^\s*- file: (chapters/\S+)", (ROOT / "_toc.yml").read_text(), re.M)
+    assert toc, "_toc.yml lists no chapter"
+    missing = [f for f in toc if not (ROOT / f"{f}.ipynb").is_file()]
+    assert not missing, f"_toc.yml lists chapters with no notebook: {missing}"
+
+
 def test_metadata_is_clean():
     for path in CHAPTERS:
         nb = load(path)
@@ -117,7 +124,7 @@ COLAB_HAS = {"numpy", "matplotlib", "torch", "tinylm", "ipywidgets", "IPython", 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_chapters_import_only_what_colab_has(path):
-    """... or what the chapter's own setup cell installs when it is missing (chapter 12: gguf)."""
+    """... or what the chapter's own setup cell installs when it is missing (chapter 13: gguf)."""
     import sys
 
     nb = load(path)

@@ -13,7 +13,6 @@ import contextlib
 import ctypes
 import hashlib
 import html
-import importlib
 import io
 import itertools
 import json
@@ -23,6 +22,7 @@ import re
 import signal
 import threading
 import time
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -276,54 +276,82 @@ def _as_numpy(value: Any) -> tuple[np.ndarray, str]:
     return array, array.dtype.name
 
 
-_FORBIDDEN = "__tinylm_forbidden__"
+class _Forbidden(BaseException):
+    """Raised when a learner's function calls the implementation the exercise asks them to write (not an
+    Exception, so that `except Exception` in the learner's code cannot swallow it)."""
 
 
-def _refuse(*args, **kwargs):
-    # the swapped code runs with the forbidden function's globals: only builtins and constants here
-    raise LookupError("__tinylm_forbidden__")
+def _forbidden_functions(forbid: Sequence[Any]) -> list[tuple[Any, str, str]]:
+    """(owner, attribute, dotted name) of every function a module defines (its classes' methods too), or of
+    every method a class defines (dunders aside: printing an object stays allowed)."""
+    found = []
+    for owner in forbid:
+        if isinstance(owner, types.ModuleType):
+            for attr, value in vars(owner).items():
+                if isinstance(value, types.FunctionType) and value.__module__ == owner.__name__:
+                    found.append((owner, attr, f"{owner.__name__}.{attr}"))
+                elif isinstance(value, type) and value.__module__ == owner.__name__:
+                    found += _forbidden_functions([value])
+        elif isinstance(owner, type):
+            for attr, value in vars(owner).items():
+                if (isinstance(value, (types.FunctionType, classmethod, staticmethod))
+                        and not (attr.startswith("__") and attr.endswith("__"))):
+                    found.append((owner, attr, f"{owner.__module__}.{owner.__qualname__}.{attr}"))
+        else:
+            raise ValueError(f"forbid must list modules or classes (e.g. [tinylm.tokenizer]), got {owner!r}")
+    return found
 
 
 @contextlib.contextmanager
-def forbidden(functions: Sequence[Callable]):
-    """While inside, each of functions raises instead of running, whatever name it is called by.
-
-    The function's code is swapped (so `encode_chat` imported into a notebook is caught as well as
-    `tinylm.chat.encode_chat`); a function whose code cannot be swapped (a closure) is replaced on its class
-    or module instead.
-    """
-    swapped, replaced = [], []
+def _forbidding(functions: list[tuple[Any, str, str]], namespace: dict, called: list[str]):
+    """While inside, each forbidden function (and any name in `namespace` bound to one, such as a learner's
+    `from tinylm.tokenizer import _merge`) records its name in `called` and raises _Forbidden; put back after."""
+    def refuse(label: str) -> Callable:
+        def refused(*args, **kwargs):
+            called.append(label)
+            raise _Forbidden(label)
+        return refused
+    saved, labels = [], {}
+    for owner, attr, label in functions:
+        value = vars(owner)[attr]
+        labels[id(getattr(value, "__func__", value))] = label
+        saved.append((owner, attr, value))
+    for name, value in list(namespace.items()):
+        label = labels.get(id(getattr(value, "__func__", value)))
+        if label is not None and callable(value):
+            saved.append((namespace, name, value))
     try:
-        for fn in functions:
-            target = getattr(fn, "__func__", fn)
-            if getattr(target, "__code__", None) is not None and not target.__code__.co_freevars:
-                swapped.append((target, target.__code__))
-                target.__code__ = _refuse.__code__
+        for owner, attr, value in saved:
+            label = labels[id(getattr(value, "__func__", value))]
+            if owner is namespace:
+                namespace[attr] = refuse(label)
             else:
-                owner = getattr(fn, "__self__", None) or importlib.import_module(fn.__module__)
-                replaced.append((owner, fn.__name__, getattr(owner, fn.__name__)))
-                setattr(owner, fn.__name__, _refuse)
+                setattr(owner, attr, refuse(label))
         yield
     finally:
-        for target, code in swapped:
-            target.__code__ = code
-        for owner, attr, value in replaced:
-            setattr(owner, attr, value)
+        for owner, attr, value in reversed(saved):
+            if owner is namespace:
+                namespace[attr] = value
+            else:
+                setattr(owner, attr, value)
 
 
 def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tuple], *,
                    atol: float = 1e-6, rtol: float = 1e-6, name: str = "your function",
-                   timeout: float = 10.0, forbid: Sequence[Callable] = ()) -> Verdict:
+                   timeout: float = 10.0, forbid: Sequence[Any] = ()) -> Verdict:
     """Call both functions on each case (a tuple of arguments) and say whether the outputs agree.
-
-    forbid: functions the answer must not call (the library's own implementation of the exercise, often
-    the reference itself): while the learner's function runs they raise, and the verdict says so.
 
     The learner may answer with a NumPy array or a torch tensor. A float32 (or 16-bit) answer is held to
     its precision, at least `_TOLERANCE_FLOOR[dtype]`, and a NOT YET names the dtype and the tolerance.
     The learner's function gets `timeout` seconds for all the cases together: an endless loop ends in a
     NOT YET verdict instead of a kernel that never answers.
+
+    forbid: modules or classes whose functions the learner's code must not call (the implementation the
+    exercise asks them to write, e.g. [tinylm.tokenizer]); while it runs they raise, and a call, even one
+    the learner's code catches, is a NOT YET that names the function. The reference runs without them.
     """
+    functions = _forbidden_functions(forbid)
+    namespace = getattr(user_fn, "__globals__", {})
     if not callable(user_fn) or not callable(reference_fn):
         raise ValueError(f"user_fn and reference_fn must be functions, got {type(user_fn).__name__} and "
                          f"{type(reference_fn).__name__}")
@@ -336,23 +364,24 @@ def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tu
     deadline = time.monotonic() + timeout
     for n, args in enumerate(cases):
         expected = np.asarray(reference_fn(*args))
+        called: list[str] = []
         try:
-            with forbidden(forbid):
+            with _forbidding(functions, namespace, called):
                 got = _call_with_deadline(user_fn, [a.copy() if isinstance(a, np.ndarray) else a for a in args],
                                           max(deadline - time.monotonic(), 1e-3))
-        except LookupError as e:
-            if e.args != (_FORBIDDEN,):
-                return Verdict(False, f"{name} raised LookupError: {e} on case {n + 1}.")
-            names = ", ".join(getattr(f, "__qualname__", str(f)) for f in forbid)
-            return Verdict(False, f"{name} calls the library's own answer ({names}): the exercise is yours "
-                                  "to write, from the pieces the prompt names.")
+        except _Forbidden:
+            pass
         except _TimeUp:
             return Verdict(False, f"{name} did not finish within {timeout:g} s (at case {n + 1}); is there a "
                                   "loop that never ends?")
         except NotImplementedError:
             return Verdict(False, f"{name} is not written yet (it raises NotImplementedError).")
         except Exception as e:  # the learner's bug, reported plainly instead of a traceback
-            return Verdict(False, f"{name} raised {type(e).__name__}: {e} on case {n + 1}.")
+            if not called:
+                return Verdict(False, f"{name} raised {type(e).__name__}: {e} on case {n + 1}.")
+        if called:
+            return Verdict(False, f"{name} calls {called[0]}, tinylm's own implementation: the exercise is to "
+                                  "write it yourself, without it.")
         if got is None:
             return Verdict(False, f"{name} returned None; did you forget `return`?")
         got, dtype = _as_numpy(got)
@@ -373,7 +402,7 @@ def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tu
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 11's exercise: the learner writes SwiGLU's backward
+# Chapter 12's exercise: the learner writes SwiGLU's backward
 # ---------------------------------------------------------------------------------------------
 _SWIGLU_GRADS = ("dx", "dgate_w", "dup_w", "ddown_w")
 

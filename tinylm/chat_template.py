@@ -2,7 +2,7 @@
 
 A template is data, not code: for each role, the parts around the message, some of them special tokens.
 
-    course   <bos><|user|>Hi!<|assistant|>Hello!<eos>                      (chapter 10, `tinylm.chat`)
+    course   <bos><|user|>Hi!<|assistant|>Hello!<eos>                      (chapter 11, `tinylm.chat`)
     ChatML   <|im_start|>system\\nYou are ...<|im_end|>\\n<|im_start|>user\\nHi!<|im_end|>\\n
              <|im_start|>assistant\\n                                         (SmolLM2, Qwen; `tinylm.pretrained`)
 
@@ -145,7 +145,7 @@ def _check_parts(name: str, parts: Any) -> None:
         raise ValueError(f"chat template: {name} must be a list of strings, got {parts!r}")
 
 
-# The course's template (chapter 10): one special token before each message, <eos> after the assistant's.
+# The course's template (chapter 11): one special token before each message, <eos> after the assistant's.
 COURSE = ChatTemplate(
     name="course",
     begin=("<bos>",),

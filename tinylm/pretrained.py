@@ -314,7 +314,7 @@ def load_gguf(path: str | os.PathLike, progress: bool = True, max_seq_len: int |
 
     progress: a tqdm bar while dequantising. max_seq_len: the RoPE tables' length (default: the file's
     context, 8,192 for SmolLM2). undo_permute=False keeps llama.cpp's q/k row order: a broken model, for the
-    lesson of chapter 12 only.
+    lesson of chapter 13 only.
     """
     gguf = read_gguf(path)
     cfg = config_from_gguf(gguf, max_seq_len)
