@@ -224,8 +224,9 @@ def load_weights(path: str | Path, device: torch.device | str = "cpu") -> TinyLM
 
 
 def load_mini_companion(device: torch.device | str = "cpu") -> tuple[TinyLM, BPETokenizer]:
-    """The mini companion the course's command-line run trained on the shipped stories: (model, tokenizer),
-    read from tinylm/data/mini_companion (the run's last checkpoint, weights only; its log: cli_mini.log)."""
+    """The mini companion the course's command-line run trained on Shakespeare's works: (model, tokenizer),
+    read from tinylm/data/mini_companion (the run's last checkpoint, weights only; its log:
+    tinylm/data/runs/companion.log)."""
     return load_weights(MINI_COMPANION, device), BPETokenizer.load(MINI_COMPANION / TOKENIZER)
 
 
