@@ -32,8 +32,7 @@ class TrainConfig:
     eval_every: int = 100      # evaluate (and checkpoint) every this many steps, and after the last
     eval_batches: int = 10     # validation batches per evaluation
     seed: int = 0              # seeds the model init and the batch sampler
-    minutes: float | None = None  # wall-clock budget: stop when it is spent (steps is then a ceiling), the
-                                  # cosine spans the budget; None: the schedule spans steps
+    minutes: float | None = None  # wall-clock budget in minutes; steps becomes a ceiling, the cosine spans the minutes
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_batches"):
