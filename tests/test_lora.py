@@ -183,7 +183,8 @@ def test_save_and_load_round_trip(tmp_path):
     model = trained(config)
     path = save_adapter(model, tmp_path / "a" / "adapter.safetensors")
     assert path.is_file() and not list(path.parent.glob("*.tmp"))
-    assert read_adapter_config(path) == (config, {k: v for k, v in CFG.to_dict().items() if k != "max_seq_len"})
+    fields = {k: v for k, v in CFG.to_dict().items() if k not in ("max_seq_len", "dropout")}
+    assert read_adapter_config(path) == (config, fields)
     with safe_open(str(path), framework="pt") as f:
         assert set(f.keys()) == set(adapter_state_dict(model))
         assert json.loads(f.metadata()["targets"]) == ["q_proj", "v_proj", "down_proj"]
@@ -195,9 +196,9 @@ def test_save_and_load_round_trip(tmp_path):
     assert torch.equal(logits(again, x), logits(model, x))
 
 
-def test_a_model_with_shorter_rope_tables_still_fits(tmp_path):
+def test_a_model_with_shorter_rope_tables_or_dropout_still_fits(tmp_path):
     path = save_adapter(trained(), tmp_path / "adapter.safetensors")
-    short = random_model(CFG.replace(max_seq_len=16), std=0.1)
+    short = random_model(CFG.replace(max_seq_len=16, dropout=0.1), std=0.1)
     assert lora_layers(load_adapter(short, path))
 
 

@@ -58,7 +58,9 @@ def wilson_interval(correct: int, n: int, z: float = Z95) -> tuple[float, float]
     denom = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, center - half), min(1.0, center + half)
+    low = 0.0 if correct == 0 else max(0.0, center - half)       # exactly 0 and 1 at the ends (no rounding)
+    high = 1.0 if correct == n else min(1.0, center + half)
+    return low, high
 
 
 @dataclass

@@ -9,8 +9,10 @@ schedule, clipping, validation loss; the loss only on the answer tokens), then s
 exact-match accuracy on the test split with a 95% interval, adapted and base (`tinylm.evaluate`), and the
 forgetting check. --out gets adapter.safetensors (A and B only, a few MB) and summary.json (every figure).
 
-Checkpoints: `train` writes whole-model checkpoints (540 MB of SmolLM2's weights each), so this command
-passes no checkpoint folder and saves the adapter itself, after the last step (and on Ctrl-C, as far as it got).
+Checkpoints: `train`'s own are whole-model folders (540 MB of SmolLM2's weights each), so this command
+passes it no checkpoint folder and saves the adapter alone instead: at every evaluation (train's on_eval),
+after the last step, and on Ctrl-C as far as it got. An adapter holds no optimizer state: a run cannot be
+resumed, only restarted. --minutes (a TrainConfig field) gives the run a wall-clock budget.
 """
 
 from __future__ import annotations
@@ -26,13 +28,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .chat import load_chat_model
 from .evaluate import TaskResult, evaluate_task, forgetting
 from .lora import INITS, TARGET_GROUPS, LoRAConfig, adapter_disabled, add_lora, count_trainable, save_adapter
-from .model import TinyLM
 from .quantize import quantize
 from .tasks import TASKS, make_splits, task_rows
-from .tokenizer import BPETokenizer
-from .train.checkpoint import TOKENIZER, load_weights
 from .train.cli import add_dataclass_flags, given
 from .train.loop import TrainingDiverged, train
 from .train.settings import TrainConfig
@@ -85,18 +85,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_base(model_dir: Path | None) -> tuple[TinyLM, BPETokenizer, str]:
-    """(model, tokenizer, name): SmolLM2-135M-Instruct in fp32, or a tinylm checkpoint folder's model."""
-    if model_dir is None:
-        from .pretrained import load_gguf, smollm2_gguf_path
-
-        model, tok = load_gguf(smollm2_gguf_path(), progress=False)
-        return model, tok, "SmolLM2-135M-Instruct"
-    if not (model_dir / TOKENIZER).is_file():
-        raise ValueError(f"--model-dir {model_dir} has no {TOKENIZER}; pass a folder written by tinylm.train")
-    return load_weights(model_dir), BPETokenizer.load(model_dir / TOKENIZER), str(model_dir)
-
-
 def _check(args: argparse.Namespace) -> LoRAConfig:
     """Every flag that is not a TrainConfig field; ValueError says which and why."""
     for flag in ("n_train", "n_val", "n_test", "max_new_tokens", "eval_batch_size", "threads"):
@@ -146,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
         t_load = time.perf_counter()
-        model, tok, name = load_base(args.model_dir)
+        model, tok, name = load_chat_model(args.model_dir)
         if tc.seq_len > model.cfg.max_seq_len:
             raise ValueError(f"--seq-len {tc.seq_len} exceeds the model's max_seq_len {model.cfg.max_seq_len}")
         train_rows, val_rows = task_rows(tok, splits["train"]), task_rows(tok, splits["val"])
@@ -183,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda s: tqdm.write(s, file=sys.stdout)  # noqa: E731
     t0 = time.perf_counter()
     try:
-        history = train(model, train_rows, val_rows, tc, progress=not args.no_progress, log=log, bf16=args.bf16)
+        history = train(model, train_rows, val_rows, tc, progress=not args.no_progress, log=log, bf16=args.bf16,
+                        on_eval=lambda step: save_adapter(model, args.out / ADAPTER) and None if step else None)
     except TrainingDiverged as e:
         print(f"error: {e}")
         return 1

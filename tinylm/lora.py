@@ -49,7 +49,7 @@ TARGET_GROUPS = {"attention": ATTENTION, "mlp": MLP, "all": ATTENTION + MLP}
 INITS = ("kaiming", "gaussian")
 ADAPTER_FORMAT, ADAPTER_VERSION = "tinylm-lora", 1
 META_KEYS = ("format", "version", "rank", "alpha", "targets", "init", "model")
-UNCHECKED_FIELDS = ("max_seq_len",)   # a model loaded with shorter RoPE tables still fits its adapter
+UNCHECKED_FIELDS = ("max_seq_len", "dropout")   # shorter RoPE tables, or dropout, leave the adapter fitting
 
 
 def parse_targets(targets: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
