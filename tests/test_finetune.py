@@ -56,9 +56,10 @@ def test_finetune_trains_saves_the_adapter_and_reports(model_dir, tmp_path, caps
 def test_baseline_measures_the_base_model_only(model_dir, tmp_path, capsys):
     out = tmp_path / "base"
     assert main(["--model-dir", str(model_dir), "--out", str(out), "--baseline", "--task", "letter_count",
-                 *FAST]) == 0
+                 "--format", "int8", *FAST]) == 0
     base = json.loads((out / "baseline.json").read_text())
-    assert base["task"] == "letter_count" and base["test"]["n"] == 6 and len(base["examples"]) == 6
+    assert base["task"] == "letter_count" and base["format"] == "int8"
+    assert base["test"]["n"] == 6 and len(base["examples"]) == 6
     assert not (out / "adapter.safetensors").exists()
     assert "base model, test accuracy:" in capsys.readouterr().out
 

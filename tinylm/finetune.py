@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ImportError) as e:      # ImportError: SmolLM2's weights are not installed
         parser.error(str(e))
     if args.format == "int8":          # the fused int8 kernel has no backward: the dequantize path trains
-        quantize(model, "int8", kernel=False)
+        quantize(model, "int8", kernel=args.baseline)
     t_load = time.perf_counter() - t_load
     longest = max(len(ids) for ids, _ in train_rows.encoded + val_rows.encoded)
     print(f"base: {name} ({args.format}), loaded in {t_load:.1f} s; task {args.task}: {len(splits['train']):,} "

@@ -21,6 +21,9 @@ Prompts of different lengths go in one batch with left padding (as in Hugging Fa
 The model never attends to a pad and counts each row's positions from its first real token, so every row
 gets the tokens it would get alone (`TinyLM.forward`'s attention_mask).
 
+`stream(model, idx, n)` is the same loop for one prompt, yielding each token as it is chosen (a chat that
+prints its reply as it comes, `python -m tinylm.chat`).
+
 Shapes: B batch, T prompt length, V vocab. All helpers work on the last dim and are vectorised over the rest.
 """
 

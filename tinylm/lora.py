@@ -132,8 +132,8 @@ class LoRALinear(nn.Module):
         if self.merged:
             return
         if not isinstance(self.base, nn.Linear):
-            raise ValueError("cannot merge LoRA into an int8 layer (the update would be rounded away): merge "
-                             "into the fp32 model, then quantize it (remove_lora(model, merge=True), then quantize)")
+            raise ValueError("cannot merge LoRA into int8 weights (W + (alpha/r) B A would need quantizing again): "
+                             "load the adapter into the fp32 model, remove_lora(model, merge=True), then quantize")
         w = self.base.weight
         self._original = w.data
         w.data = (w.data.float() + self.delta_weight().detach()).to(w.dtype)
@@ -319,7 +319,7 @@ def read_adapter_config(path: str | Path) -> tuple[LoRAConfig, dict]:
         raise ValueError(f"{path}: metadata 'format' must be {ADAPTER_FORMAT!r}, got {meta.get('format')!r}; "
                          "is this a tinylm LoRA adapter (tinylm.lora.save_adapter)?")
     if meta.get("version") != str(ADAPTER_VERSION):
-        raise ValueError(f"{path}: adapter version {meta.get('version')!r}; this tinylm reads version {ADAPTER_VERSION}")
+        raise ValueError(f"{path}: adapter version {meta.get('version')!r}; this tinylm reads {ADAPTER_VERSION}")
     missing = [k for k in META_KEYS if k not in meta]
     if missing:
         raise ValueError(f"{path}: the metadata misses {missing}")

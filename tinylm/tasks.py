@@ -17,8 +17,9 @@ Every answer ends with its number; the evaluator reads the last integer of a rep
 tokenizer's chat template up to where the reply starts, exactly what generation is given; then come the
 answer and the template's end token, which are the only supervised positions:
 
-    ids     <|im_start|>system\\n...<|im_end|>\\n<|im_start|>user\\nWhat is 742 + 696?<|im_end|>\\n<|im_start|>assistant\\n 7 4 2 ... 8 <|im_end|>
-    labels  -100 ...................................................................................... 7 4 2 ... 8 <|im_end|>
+    ids     <|im_start|>system\\n...<|im_end|>\\n<|im_start|>user\\nWhat is 742 + 696?<|im_end|>\\n
+            <|im_start|>assistant\\n 7 4 2 ␣+ ␣ 6 9 6 ␣= ␣ 1 4 3 8 <|im_end|>
+    labels  -100 ...                                    -100 7 4 2 ␣+ ␣ 6 9 6 ␣= ␣ 1 4 3 8 <|im_end|>
 """
 
 from __future__ import annotations
