@@ -1,4 +1,5 @@
-"""Chat: the template that turns a conversation into one token sequence, the loss mask, and a chat session.
+"""Chat: the template that turns a conversation into one token sequence, the loss mask, a chat session, and
+`python -m tinylm.chat`, a terminal chat with SmolLM2 (or any tinylm model) that streams its replies.
 
 The course's template (`tinylm.chat_template.COURSE`; the specials are single tokens, never produced by
 ordinary text):
@@ -12,19 +13,31 @@ reads the user's words; it just isn't trained to produce them (as in Llama 2's f
 out the loss on tokens from the user prompt": Touvron et al., 2023).
 A real model's tokenizer brings its own template (ChatML for SmolLM2); `encode_chat` and `ChatSession` use
 whichever template the tokenizer carries.
+
+    python -m tinylm.chat                                  # SmolLM2-135M-Instruct, int8 weights
+    python -m tinylm.chat --adapter runs/lora/adapter.safetensors --format fp32
+
+In the terminal: /reset forgets the conversation, /quit (or Ctrl-D) leaves, Ctrl-C stops a reply (not the
+program). The history is kept while it fits the context; the oldest turns are dropped first.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
 from ._checks import IGNORE_INDEX, check_int  # IGNORE_INDEX: the label of a position the loss skips
 from .chat_template import COURSE, ChatTemplate, check_messages
-from .generate import generate
+from .generate import generate, stream
+from .lora import load_adapter, remove_lora
 from .model import TinyLM
+from .pretrained import load_gguf, smollm2_gguf_path
+from .quantize import quantize
 from .tokenizer import BPETokenizer
 
 ROLES = COURSE.roles  # ("user", "assistant")
@@ -139,10 +152,7 @@ class ChatSession:
 
         Nothing is remembered if anything fails (bad text, or an error while generating).
         """
-        if not isinstance(text, str):
-            raise ValueError(f"text must be a str, got {type(text).__name__}")
-        turns = [*self.turns, {"role": "user", "content": text}]
-        ids = self.prompt_ids(turns)              # encodes text: a ValueError here leaves the turns as they were
+        turns, ids = self._ask(text)
         device = self.model.embed_tokens.weight.device
         out = generate(self.model, torch.tensor([ids], device=device), self.max_new_tokens,
                        temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
@@ -156,6 +166,136 @@ class ChatSession:
         self.turns = [*turns, {"role": "assistant", "content": reply}]
         return reply
 
+    def _ask(self, text: str) -> tuple[list[Turn], list[int]]:
+        """The turns with text added as the user's, and their prompt ids (nothing is remembered yet)."""
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a str, got {type(text).__name__}")
+        turns = [*self.turns, {"role": "user", "content": text}]
+        return turns, self.prompt_ids(turns)      # encodes text: a ValueError here leaves the turns as they were
+
+    def stream(self, text: str) -> Iterator[str]:
+        """`ask`, streamed: yields the reply's text piece by piece as its tokens are generated.
+
+        The exchange is remembered when the stream ends, or, when it is stopped early (Ctrl-C inside it, or
+        the caller's close()), with the reply as far as it got. Nothing is remembered if generation fails.
+        A character whose UTF-8 bytes span two tokens is yielded once it is whole.
+        """
+        turns, ids = self._ask(text)
+        device = self.model.embed_tokens.weight.device
+        new: list[int] = []
+        shown = ""
+
+        def remember() -> None:
+            self.turns = [*turns, {"role": "assistant", "content": self.tokenizer.decode(new).strip()}]
+
+        try:
+            for token in stream(self.model, torch.tensor([ids], device=device), self.max_new_tokens,
+                                self.temperature, self.top_k, self.top_p, self.generator, self.stop_ids):
+                new.append(token)
+                text_so_far = self.tokenizer.decode(new).lstrip()
+                if not text_so_far.endswith("\ufffd"):       # else a character is cut: wait for its next byte
+                    yield text_so_far[len(shown):]
+                    shown = text_so_far
+        except (KeyboardInterrupt, GeneratorExit):
+            remember()
+            raise
+        remember()
+        rest = self.tokenizer.decode(new).lstrip()[len(shown):]
+        if rest:
+            yield rest
+
     def reset(self) -> None:
         """Forget the conversation."""
         self.turns = []
+
+
+# ---------------------------------------------------------------------------------------------
+# python -m tinylm.chat
+# ---------------------------------------------------------------------------------------------
+def load_chat_model(model_dir: str | Path | None = None, max_seq_len: int | None = None
+                    ) -> tuple[TinyLM, BPETokenizer, str]:
+    """(model, tokenizer, name): SmolLM2-135M-Instruct in fp32 (RoPE tables for max_seq_len positions), or the
+    model and tokenizer of a tinylm checkpoint folder (`tinylm.train`'s, with tokenizer.json)."""
+    if model_dir is None:
+        model, tok = load_gguf(smollm2_gguf_path(), progress=False, max_seq_len=max_seq_len)
+        return model, tok, "SmolLM2-135M-Instruct"
+    # here, not at the top: tinylm.train's __init__ imports its command line, which imports this module
+    from .train.checkpoint import TOKENIZER, load_weights
+
+    model_dir = Path(model_dir)
+    if not (model_dir / TOKENIZER).is_file():
+        raise ValueError(f"{model_dir} has no {TOKENIZER}; pass a checkpoint folder written by tinylm.train")
+    return load_weights(model_dir), BPETokenizer.load(model_dir / TOKENIZER), str(model_dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tinylm.chat", description="Chat with SmolLM2-135M-Instruct in the "
+                                "terminal: /reset forgets the conversation, /quit or Ctrl-D leaves, Ctrl-C stops "
+                                "a reply.")
+    p.add_argument("--adapter", type=Path, help="a LoRA adapter (python -m tinylm.finetune's adapter.safetensors), "
+                   "merged into the weights before they are converted to --format")
+    p.add_argument("--format", default="int8", choices=("fp32", "bf16", "int8"),
+                   help="weight format (default int8, the fastest on a CPU: chapter 14)")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="longest reply in tokens (default 256)")
+    p.add_argument("--temperature", type=float, default=0.7, help="0 is greedy (default 0.7)")
+    p.add_argument("--top-k", type=int, default=50, help="keep the k most likely tokens (default 50)")
+    p.add_argument("--top-p", type=float, help="nucleus sampling (default: none)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    p.add_argument("--context", type=int, default=2048, help="tokens of history + reply the model sees; older "
+                   "turns are dropped (default 2048; SmolLM2 was trained on 8192)")
+    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (default: PyTorch's choice)")
+    p.add_argument("--model-dir", type=Path, help="chat with a tinylm checkpoint folder instead of SmolLM2")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the terminal chat. Exit status 0; 2 for a usage error (bad flags, a missing or misfit adapter)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_int("--context", args.context, low=2)
+        if args.threads is not None:
+            torch.set_num_threads(check_int("--threads", args.threads, low=1))
+        model, tok, name = load_chat_model(args.model_dir, args.context)
+        if args.adapter is not None:
+            remove_lora(load_adapter(model, args.adapter), merge=True)   # W + (alpha/r) B A, then a plain model
+        if args.format != "fp32":
+            quantize(model, args.format)
+        session = ChatSession(model, tok, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)
+    except (ValueError, ImportError) as e:           # ImportError: SmolLM2's weights are not installed
+        parser.error(str(e))
+    adapter = f" + {args.adapter}" if args.adapter else ""
+    print(f"{name}{adapter} ({args.format}). /reset forgets the conversation, /quit leaves, Ctrl-C stops a "
+          "reply.", file=sys.stderr)
+    while True:
+        try:
+            line = input("you> ")
+        except EOFError:
+            print()
+            return 0
+        except KeyboardInterrupt:
+            print("\n(/quit or Ctrl-D leaves)", file=sys.stderr)
+            continue
+        if line.strip() == "/quit":
+            return 0
+        if line.strip() == "/reset":
+            session.reset()
+            print("(the conversation is forgotten)", file=sys.stderr)
+            continue
+        if not line.strip():
+            continue
+        print("bot> ", end="", flush=True)
+        reply = session.stream(line)
+        try:
+            for piece in reply:
+                print(piece, end="", flush=True)
+        except KeyboardInterrupt:
+            reply.close()
+            print(" [stopped]", end="")
+        except ValueError as e:
+            print(f"(error: {e})", end="")
+        print(flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

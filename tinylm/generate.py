@@ -21,10 +21,15 @@ Prompts of different lengths go in one batch with left padding (as in Hugging Fa
 The model never attends to a pad and counts each row's positions from its first real token, so every row
 gets the tokens it would get alone (`TinyLM.forward`'s attention_mask).
 
+`stream(model, idx, n)` is the same loop for one prompt, yielding each token as it is chosen (a chat that
+prints its reply as it comes, `python -m tinylm.chat`).
+
 Shapes: B batch, T prompt length, V vocab. All helpers work on the last dim and are vectorised over the rest.
 """
 
 from __future__ import annotations
+
+from typing import Iterator
 
 import torch
 
@@ -284,3 +289,39 @@ def _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, 
                "max_new_tokens alone must stay below max_seq_len; generate in pieces with a cropped prompt")
         raise ValueError(f"prompt length {T} + max_new_tokens {max_new_tokens} = {T + max_new_tokens} exceeds the "
                          f"model's max_seq_len ({limit}); {fix}, or build the model with a larger max_seq_len")
+
+
+def stream(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+           top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
+           stop_ids: frozenset[int] | set[int] = frozenset()) -> Iterator[int]:
+    """`generate` for one prompt idx (1, T), one token at a time: yields each new id as soon as it is chosen.
+
+    Stops before a token of stop_ids (not yielded) or after max_new_tokens. The same cached decoding as
+    generate, so it yields the tokens generate returns (with the same generator state). The model is in
+    eval mode while the stream is open (its previous mode comes back when it ends or is closed); each forward
+    runs under torch.inference_mode(), which does not leak into the caller between tokens.
+    """
+    _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, True, generator, None, None)
+    if idx.shape[0] != 1:
+        raise ValueError(f"stream takes one prompt, idx of shape (1, T), got {tuple(idx.shape)}; use generate "
+                         "for a batch")
+    if max_new_tokens == 0:
+        return
+    was_training = model.training
+    model.eval()
+    try:
+        T = idx.shape[1]
+        with torch.inference_mode():
+            cache = model.new_cache(1, T + max_new_tokens)
+            logits = model(idx, cache=cache)[0][:, -1]                       # (1, V) prefill
+        for t in range(max_new_tokens):
+            with torch.inference_mode():
+                token = _sample(logits, temperature, top_k, top_p, generator)  # (1,)
+            if int(token) in stop_ids:
+                return
+            yield int(token)
+            if t < max_new_tokens - 1:
+                with torch.inference_mode():
+                    logits = model(token[:, None], cache=cache)[0][:, -1]    # (1, V) one position
+    finally:
+        model.train(was_training)

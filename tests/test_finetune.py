@@ -1,0 +1,79 @@
+# `python -m tinylm.finetune` end to end on a tiny random model (--model-dir), in a few seconds.
+# Run: .venv/bin/python -m pytest tests/test_finetune.py
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from helpers import corpus_text, random_model
+from tinylm import Config
+from tinylm.finetune import main
+from tinylm.lora import lora_config, lora_layers, load_adapter
+from tinylm.tokenizer import BPETokenizer
+from tinylm.train import History, TrainConfig, load_weights, make_optimizer, save_checkpoint
+
+CFG = Config(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=128)
+FAST = ["--n-train", "64", "--n-val", "8", "--n-test", "6", "--max-new-tokens", "8", "--no-progress",
+        "--seq-len", "64", "--batch-size", "8", "--eval-every", "20", "--eval-batches", "1"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny random model and a tokenizer with the course's chat template, saved as a tinylm checkpoint."""
+    path = tmp_path_factory.mktemp("tiny")
+    model = random_model(CFG, std=0.05)
+    save_checkpoint(path, model, make_optimizer(model, 1e-3, 0.0), 0, TrainConfig(steps=1), torch.Generator(),
+                    History(), tokenizer=BPETokenizer.train(corpus_text(5000), 300))
+    return path
+
+
+def test_finetune_trains_saves_the_adapter_and_reports(model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["--model-dir", str(model_dir), "--out", str(out), "--steps", "40", "--lr", "1e-2",
+                 "--rank", "4", "--targets", "q_proj,v_proj,down_proj", *FAST]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    L, C, F, Hkv = CFG.n_layers, CFG.dim, CFG.ffn_dim, CFG.n_kv_heads * CFG.head_dim
+    assert summary["trainable_params"] == L * 4 * ((C + C) + (C + Hkv) + (F + C))
+    assert f"{summary['trainable_params']:,} trainable of {summary['total_params']:,} parameters" in printed
+    assert summary["steps"] == 40 and summary["tokens_per_s"] > 0 and summary["peak_memory_bytes"] > 0
+    val = summary["val_loss"]
+    assert val["40"] < val["0"]                                        # the adapter learned something
+    assert summary["test"]["n"] == 6 and summary["test_base"]["n"] == 6
+    low, high = summary["test"]["interval95"]
+    assert low <= summary["test"]["accuracy"] <= high
+    assert summary["forgetting"]["ppl_base"] > 0 and len(summary["forgetting"]["chat"]) == 3
+    assert "test accuracy, adapted:" in printed and "forgetting: English perplexity" in printed
+    model = load_adapter(load_weights(model_dir), out / "adapter.safetensors")   # the saved adapter fits
+    assert lora_config(model).rank == 4 and len(lora_layers(model)) == 3 * L
+    with pytest.raises(SystemExit) as stop:                              # never overwrite an adapter
+        main(["--model-dir", str(model_dir), "--out", str(out), *FAST])
+    assert stop.value.code == 2 and "already holds adapter.safetensors" in capsys.readouterr().err
+
+
+def test_baseline_measures_the_base_model_only(model_dir, tmp_path, capsys):
+    out = tmp_path / "base"
+    assert main(["--model-dir", str(model_dir), "--out", str(out), "--baseline", "--task", "letter_count",
+                 "--format", "int8", *FAST]) == 0
+    base = json.loads((out / "baseline.json").read_text())
+    assert base["task"] == "letter_count" and base["format"] == "int8"
+    assert base["test"]["n"] == 6 and len(base["examples"]) == 6
+    assert not (out / "adapter.safetensors").exists()
+    assert "base model, test accuracy:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--rank", "0"], "rank must be a positive int"),
+    (["--targets", "wq"], "unknown LoRA target 'wq'"),
+    (["--n-test", "0"], "--n-test must be a positive int"),
+    (["--seq-len", "16"], "pass --seq-len"),
+    (["--seq-len", "500"], "exceeds the model's max_seq_len 128"),
+    (["--task", "multiplication", "--n-train", "5000"], "4,095 distinct operand pairs"),
+])
+def test_bad_flags_are_usage_errors(model_dir, tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as stop:
+        main(["--model-dir", str(model_dir), "--out", str(tmp_path / "x"), *FAST, *flags])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "x" / "adapter.safetensors").exists()
