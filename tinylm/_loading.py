@@ -118,9 +118,20 @@ def read_json(f: Path, kind: str, limit: int = MAX_JSON_BYTES) -> Any:
     if size > limit:
         raise ValueError(f"{f} is {size:,} bytes, too large for {kind} (at most {limit:,})")
     try:
-        return json.loads(f.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        return json.loads(f.read_text(encoding="utf-8"), object_pairs_hook=unique_keys)
+    except (ValueError, RecursionError) as e:        # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ValueError(f"{f} is not valid JSON ({str(e)[:200]})") from None
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """json.loads' object_pairs_hook: a JSON object, refused (ValueError) if it gives a key twice (json.loads
+    would keep the last one silently)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"the key {key!r} is given twice in one object")
+        seen.add(key)
+    return dict(pairs)
 
 
 def check_finite(t: torch.Tensor, source: str, name: str) -> None:

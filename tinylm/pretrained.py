@@ -307,9 +307,9 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> BPETokenizer:
         i = meta.get(key)
         if i is None:
             return None
-        name = next((s for s, j in specials.items() if j == i), None)
+        name = next((s for s, j in specials.items() if j == i), None) if type(i) is int else None
         if name is None:
-            raise ValueError(f"{key} = {i} is not a special token")
+            raise ValueError(f"{key} = {str(i)[:40]} is not the id of a special token")
         return name
 
     return BPETokenizer(pairs, tuple(specials), pre, byte_ids=byte_ids, merge_ids=merge_ids,
