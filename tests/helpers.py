@@ -1,6 +1,11 @@
-"""Small model builders shared by the cache and generation tests, and slices of the shipped corpus."""
+"""Small model builders shared by the cache and generation tests, slices of the shipped corpus, and `limits`
+(a deadline and a memory cap for hostile inputs)."""
 
 import json
+import resource
+import signal
+from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
@@ -34,3 +39,24 @@ def corpus_text(n_chars: int) -> str:
 def chat_jsonl(n: int) -> str:
     """The first n training conversations of the shipped corpus as a .jsonl file's text."""
     return "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in corpus.conversations("train")[:n])
+
+
+@contextmanager
+def limits(seconds: float = 10.0, headroom: int = 1 << 30):
+    """Fail (TimeoutError) after `seconds`, and cap the address space at what is mapped now + `headroom`."""
+    def time_up(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    statm = Path("/proc/self/statm")        # Linux (CI); elsewhere only the deadline applies
+    if statm.exists():
+        mapped = int(statm.read_text().split()[0]) * resource.getpagesize()
+        cap = mapped + headroom if hard == resource.RLIM_INFINITY else min(mapped + headroom, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    previous = signal.signal(signal.SIGALRM, time_up)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

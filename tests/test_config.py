@@ -73,12 +73,19 @@ def test_head_dim_defaults_to_dim_over_heads_and_can_be_set():
     assert Config(dim=770, n_heads=8, head_dim=96).head_dim == 96   # set explicitly, dim need not divide
 
 
-@pytest.mark.parametrize("value, rule", [(0, "positive int"), (-4, "positive int"), (9, "must be even"),
-                                         (64.0, "int"), (True, "int")])
+@pytest.mark.parametrize("value, rule", [(0, r"int in \[1, 1024\]"), (-4, r"int in \[1, 1024\]"), (9, "must be even"),
+                                         (64.0, "int"), (True, "int"), (2048, "MAX_HEAD_DIM")])
 def test_head_dim_is_validated(value, rule):
     with pytest.raises(ValueError, match=rule) as err:
         Config(head_dim=value)
     assert "head_dim" in str(err.value)
+
+
+def test_the_rope_tables_are_bounded_by_max_seq_len_times_head_dim():
+    assert Config(n_heads=1, n_kv_heads=1, head_dim=128, max_seq_len=2**17).max_seq_len == 2**17   # Llama 3.1's
+    with pytest.raises(ValueError, match=r"max_seq_len x head_dim = 131,072 x 256 exceeds .* 0.5 GiB; use "
+                                         r"max_seq_len <= 65,536"):
+        Config(n_heads=1, n_kv_heads=1, head_dim=256, max_seq_len=2**17)
 
 
 def test_replace_rederives_a_derived_head_dim_and_keeps_a_set_one():

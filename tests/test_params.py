@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from tinylm import Config, KVCache, TinyLM, count_params, kv_cache_bytes
 from tinylm.numpy_model import param_shapes, params_from_torch
-from tinylm.params import weight_shapes
+from tinylm.params import state_size, weight_shapes
 
 
 def numel(cfg: Config) -> int:
@@ -56,6 +56,21 @@ def configs(draw):
 @given(configs())
 def test_count_equals_numel_for_any_config(cfg):
     assert count_params(cfg).total == numel(cfg)
+
+
+@settings(max_examples=100, deadline=None)
+@given(configs())
+def test_state_size_counts_without_listing_the_layers(cfg):
+    tensors = len(weight_shapes(cfg)) - cfg.tie_embeddings            # a tied head is stored once
+    assert state_size(cfg) == (tensors, count_params(cfg).total)
+
+
+def test_state_size_of_a_billion_layers_is_instant():
+    cfg = Config(vocab_size=10, dim=8, n_layers=10**9, n_heads=2, n_kv_heads=1, ffn_dim=8, n_experts=10**6,
+                 moe_every=2)
+    small = cfg.replace(n_layers=2, n_experts=3)                         # one dense block, one with experts
+    assert state_size(small) == (len(weight_shapes(small)) - 1, count_params(small).total)
+    assert state_size(cfg)[0] == 2 + 5 * 10**8 * 9 + 5 * 10**8 * (9 - 3 + 1 + 3 * 10**6)
 
 
 @settings(max_examples=30, deadline=None)

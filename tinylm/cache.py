@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 from ._checks import check_int
+from ._loading import check_cache_memory
 from .config import Config
 
 
@@ -18,11 +19,13 @@ class KVCache(nn.Module):
     """
 
     def __init__(self, cfg: Config, batch_size: int, max_len: int, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str | None = None):
+                 device: torch.device | str | None = None, max_bytes: int | None = None):
+        """max_bytes: refuse a cache that would take more (None: half of this machine's RAM)."""
         super().__init__()
         batch_size, max_len = check_int("batch_size", batch_size, low=1), check_int("max_len", max_len, low=1)
         if max_len > cfg.max_seq_len:
             raise ValueError(f"max_len ({max_len}) cannot exceed the model's max_seq_len ({cfg.max_seq_len})")
+        check_cache_memory(cfg, batch_size, max_len, torch.empty((), dtype=dtype).element_size(), max_bytes)
         self.max_len = max_len
         shape = (cfg.n_layers, batch_size, cfg.n_kv_heads, max_len, cfg.head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)

@@ -40,6 +40,8 @@ class ChatTemplate:
     roles: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ValueError(f"a chat template's name must be a str, got {self.name!r}")
         if not isinstance(self.turns, dict) or not self.turns:
             raise ValueError(f"chat template {self.name!r}: turns must be a dict role -> parts")
         for role, parts in self.turns.items():

@@ -7,10 +7,14 @@ from dataclasses import asdict, dataclass, fields, replace
 from ._checks import check_bool, check_int, check_number, check_one_of
 
 
-# The RoPE tables are built for every position up front, in float64 (16 bytes per position and head
-# dimension): 2**17 = 131,072 positions (Llama 3.1's context) is 128 MiB at head_dim 64. A larger
-# max_seq_len is refused at once instead of hanging while the tables are built.
+# The RoPE tables are built for every position up front, in float64 (cos and sin: 16 bytes per position
+# and head dimension). So the sizes that make them are bounded, and a config (or the few bytes of a file's
+# metadata) cannot ask for gigabytes of tables: max_seq_len up to 2**17 = 131,072 positions (Llama 3.1's
+# context), head_dim up to 1024 (real models: 64 to 256), and their product up to 2**24, 256 MiB of tables
+# (131,072 positions at head_dim 128; Qwen3-0.6B, 40,960 x 128, takes 80 MiB).
 MAX_SEQ_LEN = 2**17
+MAX_HEAD_DIM = 2**10
+MAX_ROPE_ENTRIES = 2**24      # max_seq_len x head_dim
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,14 @@ class Config:
                     f"the same head_dim; try n_heads in {_divisors(self.dim, limit=64)}"
                 )
             object.__setattr__(self, "head_dim", self.dim // self.n_heads)
-        object.__setattr__(self, "head_dim", check_int("head_dim", self.head_dim, low=1))
+        object.__setattr__(self, "head_dim", check_int("head_dim", self.head_dim, 1, MAX_HEAD_DIM,
+                                                       hint=" (tinylm.config.MAX_HEAD_DIM)"))
+        if self.max_seq_len * self.head_dim > MAX_ROPE_ENTRIES:
+            raise ValueError(
+                f"max_seq_len x head_dim = {self.max_seq_len:,} x {self.head_dim} exceeds tinylm.config."
+                f"MAX_ROPE_ENTRIES = 2**24: the RoPE tables (16 bytes per position and head dimension) would take "
+                f"{16 * self.max_seq_len * self.head_dim / 2**30:.1f} GiB; use max_seq_len <= "
+                f"{MAX_ROPE_ENTRIES // self.head_dim:,}")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads}) so each "

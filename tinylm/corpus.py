@@ -37,10 +37,12 @@ import gzip
 import hashlib
 import json
 import re
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
 from ._checks import check_number, check_one_of
+from .chat_template import check_messages
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SPLITS = ("train", "val")
@@ -110,16 +112,39 @@ def _read(split: str, files: dict[str, str], data_dir, field: str) -> list[dict]
                                 f"`{MAKE_COMMAND} --help` (it needs the SmolLM2 model file)")
     records = read_jsonl_gz(path)
     for n, record in enumerate(records, start=1):
-        if not isinstance(record, dict) or field not in record:
-            raise ValueError(f"{path}, line {n}: expected an object with a {field!r} field")
+        _check_record(record, field, f"{path}, line {n}")
     return records
 
 
+def _check_record(record, field: str, where: str) -> None:
+    """A story is {"text": str}; a conversation {"messages": [{"role": "user" | "assistant", "content": str}, ...]}."""
+    if not isinstance(record, dict) or field not in record:
+        raise ValueError(f"{where}: expected an object with a {field!r} field")
+    if field == "text" and not isinstance(record["text"], str):
+        raise ValueError(f"{where}: 'text' must be a string, got {type(record['text']).__name__}")
+    if field == "messages":
+        try:
+            check_messages(record["messages"], ("user", "assistant"))
+        except ValueError as e:
+            raise ValueError(f"{where}: 'messages': {e}") from None
+
+
 def read_jsonl_gz(path: str | Path) -> list[dict]:
-    """Every JSON object of a (gzip-compressed) JSON-lines file."""
+    """Every JSON object of a (gzip-compressed) JSON-lines file; ValueError names the file (and line) of bad data."""
     opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            lines = f.readlines()
+    except (gzip.BadGzipFile, EOFError, zlib.error, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not {'gzip-compressed ' if opener is gzip.open else ''}UTF-8 text ({e})") from None
+    records = []
+    for n, line in enumerate(lines, start=1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except (json.JSONDecodeError, RecursionError) as e:
+                raise ValueError(f"{path}, line {n}: not JSON ({str(e)[:120]})") from None
+    return records
 
 
 def write_jsonl_gz(path: str | Path, records: Iterable[dict]) -> None:

@@ -265,6 +265,10 @@ def _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, 
     if not isinstance(model, TinyLM):
         raise ValueError(f"model must be a tinylm.TinyLM, got {type(model).__name__}")
     check_idx(idx, model.cfg.vocab_size)
+    device = model.embed_tokens.weight.device
+    for name, t in (("idx", idx), ("attention_mask", attention_mask)):
+        if isinstance(t, torch.Tensor) and t.device != device:
+            raise ValueError(f"{name} is on {t.device}, the model on {device}; move it with {name}.to({str(device)!r})")
     if idx.shape[1] == 0:
         raise ValueError("idx must hold at least one prompt token per row (e.g. a <bos> id), got time length 0")
     check_int("max_new_tokens", max_new_tokens, low=0)

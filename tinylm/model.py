@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from . import positions
 from ._checks import IGNORE_INDEX
+from ._loading import check_memory
 from .cache import KVCache
 from .config import Config
 from .moe import MoE
@@ -262,10 +263,13 @@ def check_attention_mask(attention_mask: torch.Tensor, shape: tuple[int, int]) -
 class TinyLM(nn.Module):
     """Token ids (B, T) -> logits (B, T, V): embedding, n_layers pre-norm blocks, final norm, output head."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, max_bytes: int | None = None):
+        """max_bytes: refuse (ValueError) a model whose weights and RoPE tables would take more, before
+        allocating them (None: half of this machine's RAM; `tinylm._loading`)."""
         super().__init__()
         if not isinstance(cfg, Config):
             raise ValueError(f"TinyLM needs a tinylm.Config, got {type(cfg).__name__}")
+        check_memory("TinyLM(cfg)", cfg, max_bytes, weights=torch.get_default_device().type != "meta")
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
@@ -279,19 +283,19 @@ class TinyLM(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight  # one (V, C) matrix reads in and writes out
 
     @classmethod
-    def from_weights(cls, cfg: Config, weights: dict[str, torch.Tensor]) -> "TinyLM":
+    def from_weights(cls, cfg: Config, weights: dict[str, torch.Tensor], max_bytes: int | None = None) -> "TinyLM":
         """A TinyLM in eval mode whose parameters are the given tensors themselves: no copy, and no random
         initialisation thrown away (3 s for 135M parameters). How loaders build a model from a file
         (`tinylm.pretrained.load_gguf`, `tinylm.hf.load_hf_dir`).
 
         weights: a tensor for every name of `tinylm.params.weight_shapes(cfg)`, with those shapes; with a
-        tied head 'lm_head.weight' may be left out (it is the embedding).
+        tied head 'lm_head.weight' may be left out (it is the embedding). max_bytes bounds the RoPE tables.
         """
         weights = dict(weights)
         if cfg.tie_embeddings and "embed_tokens.weight" in weights:
             weights["lm_head.weight"] = weights["embed_tokens.weight"]
         with torch.device("meta"):  # parameters without memory: nothing is allocated or initialised
-            model = cls(cfg)
+            model = cls(cfg, max_bytes)
         expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
         missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
         wrong = [f"{k} {tuple(weights[k].shape)} (expected {expected[k]})" for k in expected

@@ -2,7 +2,8 @@
 
 `weight_shapes(cfg)` is the one description of the weights: the names and shapes of
 `TinyLM(cfg).state_dict()` (tested equal). The counts below are sums over it, and `tinylm.numpy_model`
-checks its inputs against it.
+checks its inputs against it. `state_size(cfg)` gives the same totals without listing every layer, for a
+loader that must not trust a file's block count (10**9 layers, listed, would never finish).
 """
 
 from __future__ import annotations
@@ -55,6 +56,26 @@ def weight_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
     shapes["norm.weight"] = (cfg.dim,)
     shapes["lm_head.weight"] = (cfg.vocab_size, cfg.dim)
     return shapes
+
+
+def layer_counts(cfg: Config) -> tuple[int, int]:
+    """(dense blocks, blocks with experts): blocks moe_every, 2 * moe_every, ... (counted from 1) have experts."""
+    moe = cfg.n_layers // cfg.moe_every if cfg.n_experts else 0
+    return cfg.n_layers - moe, moe
+
+
+def state_size(cfg: Config) -> tuple[int, int]:
+    """(tensors, parameters) of `TinyLM(cfg)`'s state_dict with a tied head stored once (as files store it),
+    without listing the layers or the experts: len(weight_shapes(cfg)) less the tied head, and
+    count_params(cfg).total, for any n_layers and n_experts."""
+    dense = block_shapes(cfg, moe=False)
+    tensors, weights = len(dense), _numel(dense, lambda k: True)
+    E, (n_dense, n_moe) = cfg.n_experts, layer_counts(cfg)
+    moe_tensors = tensors + 1 + 3 * (E - 1)                         # a router, and E SwiGLUs instead of one
+    moe_weights = weights + E * cfg.dim + (E - 1) * 3 * cfg.dim * cfg.ffn_dim
+    heads = 1 if cfg.tie_embeddings else 2                          # embedding (+ untied head)
+    return (heads + 1 + n_dense * tensors + n_moe * moe_tensors,
+            heads * cfg.vocab_size * cfg.dim + cfg.dim + n_dense * weights + n_moe * moe_weights)
 
 
 @dataclass(frozen=True)

@@ -12,16 +12,15 @@ The tokenizer is tinylm's own BPE, built from the same metadata (`tokenizer_from
 Architectures: `llama` (SmolLM2, Llama) and `qwen3` (QK-norm, head_dim from the file). The Hugging Face
 directory format (`config.json` + safetensors) lives in `tinylm.hf` (`load_hf_dir`, `save_hf_dir`).
 
-GGUF lists a tensor's dimensions fastest-varying first (ggml's `ne`), the reverse of numpy and torch: an
-`nn.Linear` weight (out, in) is stored with ne = (in, out).
+Nothing a file claims is trusted (`tinylm.gguf_file` checks the header itself): the tensor count, every
+name, shape and type are compared with what the metadata implies, and the memory the model needs with
+`max_bytes`, before any tensor is dequantised; a weight that is NaN or inf is refused.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import struct
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -30,11 +29,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ._checks import check_bool
+from ._loading import check_finite, check_listable, check_memory
 from .chat_template import SMOLLM2_SYSTEM, chatml
 from .config import Config
+from .gguf_file import GGUFFile, GGUFTensor, dequantize, read_gguf  # noqa: F401  (the file format, also from here)
 from .hf import load_hf_dir  # noqa: F401  (the Hugging Face directory format: also importable from here)
 from .model import TinyLM
-from .params import weight_shapes
+from .params import state_size, weight_shapes
 from .tokenizer import SPLIT_PATTERNS, BPETokenizer
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -65,151 +67,6 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
-def _gguf():
-    """llama.cpp's own Python package: the block layouts of every quantisation type, and their dequantisers."""
-    try:
-        import gguf
-        import gguf.quants
-    except ImportError:
-        raise ImportError("reading GGUF files needs the `gguf` package: pip install gguf "
-                          "(or pip install 'tinylm[pretrained]')") from None
-    return gguf
-
-
-# ---------------------------------------------------------------------------------------------
-# The file: header and tensor table
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class GGUFTensor:
-    """One tensor of a GGUF file: its numpy shape, ggml type and raw bytes (rows of `row_bytes` each)."""
-
-    shape: tuple[int, ...]     # numpy/torch order (ggml's ne reversed)
-    type: int                  # ggml type: 0 F32, 1 F16, 3 Q4_1, 8 Q8_0, ... (gguf.GGMLQuantizationType)
-    raw: np.ndarray            # uint8, (rows..., row_bytes): a read-only view of the file
-
-    @property
-    def type_name(self) -> str:
-        return _gguf().GGMLQuantizationType(self.type).name
-
-
-@dataclass
-class GGUFFile:
-    """The header of a GGUF file: metadata (key -> value; arrays as lists) and tensors (name -> GGUFTensor)."""
-
-    path: Path
-    metadata: dict[str, Any]
-    tensors: dict[str, GGUFTensor]
-
-
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_ARRAYS = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
-           7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
-
-
-def read_gguf(path: str | os.PathLike) -> GGUFFile:
-    """Read a GGUF file's header; the tensors stay in the (memory-mapped) file. The format, little-endian:
-
-        "GGUF"  u32 version (2, 3)  u64 n_tensors  u64 n_kv
-        n_kv x       key: string, u32 value type, value     (string: u64 length + UTF-8; array: u32 item
-                                                             type, u64 count, items)
-        n_tensors x  name: string, u32 n_dims, u64 ne[n_dims], u32 ggml type, u64 offset
-        padding to general.alignment (32), then the tensor data (offsets count from here)
-
-    ValueError if the file is not GGUF, or is truncated or corrupt.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path} is not a file")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise ValueError(f"{path} is not a GGUF file: it starts with {magic!r}, not b'GGUF'")
-    sizes = _gguf().GGML_QUANT_SIZES           # ggml type -> (weights per block, bytes per block)
-    buf = np.memmap(path, mode="r")
-    mv = memoryview(buf)
-    pos = 4
-
-    def take(fmt: str):
-        nonlocal pos
-        value = struct.unpack_from(fmt, mv, pos)[0]
-        pos += struct.calcsize(fmt)
-        return value
-
-    def string() -> str:
-        nonlocal pos
-        n = take("<Q")
-        if pos + n > len(buf):
-            raise ValueError(f"a string of {n:,} bytes runs past the end of the file")
-        s = bytes(mv[pos:pos + n]).decode("utf-8")
-        pos += n
-        return s
-
-    def value(kind: int):
-        nonlocal pos
-        if kind == 8:
-            return string()
-        if kind in _SCALARS:
-            return take(_SCALARS[kind])
-        if kind == 9:
-            item, count = take("<I"), take("<Q")
-            if count > len(buf) - pos:
-                raise ValueError(f"an array of {count:,} items runs past the end of the file")
-            if item in _ARRAYS:                 # numbers: one read
-                arr = np.frombuffer(buf, dtype=_ARRAYS[item], count=count, offset=pos)
-                pos += arr.nbytes
-                return arr.tolist()
-            return [value(item) for _ in range(count)]
-        raise ValueError(f"unknown value type {kind}")
-
-    try:
-        version, n_tensors, n_kv = take("<I"), take("<Q"), take("<Q")
-        if version not in (2, 3):
-            raise ValueError(f"GGUF version {version} (tinylm reads versions 2 and 3)")
-        metadata = {}
-        for _ in range(n_kv):
-            key = string()
-            metadata[key] = value(take("<I"))
-        table = []
-        for _ in range(n_tensors):
-            name, n_dims = string(), take("<I")
-            if not 1 <= n_dims <= 4:
-                raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
-            ne = struct.unpack_from(f"<{n_dims}Q", mv, pos)
-            pos += 8 * n_dims
-            table.append((name, ne, take("<I"), take("<Q")))
-    except (struct.error, UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"{path}: the GGUF header is truncated or corrupt ({e})") from None
-    align = metadata.get("general.alignment", 32)
-    if not isinstance(align, int) or align < 1:
-        raise ValueError(f"{path}: general.alignment must be a positive int, got {align!r}")
-    start = -(-pos // align) * align
-    tensors = {}
-    for name, ne, kind, offset in table:
-        if kind not in {int(t) for t in sizes}:
-            raise ValueError(f"{path}: tensor {name!r} has unknown ggml type {kind}")
-        block, block_bytes = sizes[_gguf().GGMLQuantizationType(kind)]
-        if ne[0] % block:
-            raise ValueError(f"{path}: tensor {name!r} has rows of {ne[0]} weights, not a multiple of its "
-                             f"type's block of {block}")
-        row_bytes, rows = ne[0] // block * block_bytes, int(np.prod(ne[1:], dtype=np.int64))
-        if start + offset + rows * row_bytes > len(buf):
-            raise ValueError(f"{path} is truncated: tensor {name!r} ends past the end of the file")
-        raw = np.frombuffer(buf, dtype=np.uint8, count=rows * row_bytes, offset=start + offset)
-        tensors[name] = GGUFTensor(tuple(reversed(ne)), kind, raw.reshape(*reversed(ne[1:]), row_bytes))
-    return GGUFFile(path, metadata, tensors)
-
-
-def dequantize(tensor: GGUFTensor) -> np.ndarray:
-    """The tensor as a new, writable fp32 array of its numpy shape (gguf's dequantisers: Q4_1, Q8_0, K-quants, ...)."""
-    gguf = _gguf()
-    if tensor.type == 0:                                      # F32: the bytes are the floats (copy: the file is read-only)
-        return tensor.raw.view(np.float32).reshape(tensor.shape).copy()
-    try:
-        return gguf.quants.dequantize(tensor.raw, gguf.GGMLQuantizationType(tensor.type)).reshape(tensor.shape)
-    except NotImplementedError:
-        raise ValueError(f"ggml type {tensor.type_name} cannot be dequantised by this gguf package") from None
-
-
 # ---------------------------------------------------------------------------------------------
 # Metadata -> Config
 # ---------------------------------------------------------------------------------------------
@@ -228,8 +85,8 @@ def config_from_gguf(gguf: GGUFFile, max_seq_len: int | None = None) -> Config:
         v = meta.get(f"{arch}.{key}", default)
         if v is None:
             raise ValueError(f"{gguf.path}: metadata key {arch}.{key} is missing")
-        if kind is int and not isinstance(v, int) or kind is float and not isinstance(v, (int, float)):
-            raise ValueError(f"{gguf.path}: {arch}.{key} must be a single {kind.__name__}, got {v!r}")
+        if type(v) is not int and (kind is int or type(v) is not float):       # bools and lists are not numbers
+            raise ValueError(f"{gguf.path}: {arch}.{key} must be a single {kind.__name__}, got {str(v)[:80]}")
         return v
 
     dim, n_heads = get("embedding_length"), get("attention.head_count")
@@ -243,7 +100,12 @@ def config_from_gguf(gguf: GGUFFile, max_seq_len: int | None = None) -> Config:
         raise ValueError(f"{gguf.path}: rescaled RoPE frequencies (e.g. Llama 3.1's) are not supported")
     if get("expert_count", 0):
         raise ValueError(f"{gguf.path}: mixture-of-experts files are not supported")
-    vocab = meta.get(f"{arch}.vocab_size", len(meta.get("tokenizer.ggml.tokens", ())))
+    tokens = meta.get("tokenizer.ggml.tokens")
+    vocab = get("vocab_size", len(tokens) if isinstance(tokens, list) else None)
+    if isinstance(tokens, list) and len(tokens) > vocab:
+        raise ValueError(f"{gguf.path}: tokenizer.ggml.tokens lists {len(tokens):,} tokens, but {arch}.vocab_size "
+                         f"is {vocab:,}: ids {vocab:,} and above would have no embedding; the vocabulary must "
+                         "hold every token")
     try:
         return Config(
             vocab_size=vocab, dim=dim, n_layers=get("block_count"), n_heads=n_heads,
@@ -276,7 +138,8 @@ def tinylm_name(gguf_name: str) -> str:
     ValueError for a name a TinyLM has no place for.
     """
     parts = gguf_name.split(".")
-    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _BLOCK and parts[3] == "weight":
+    if (len(parts) == 4 and parts[0] == "blk" and parts[1].isdecimal() and parts[1] == str(int(parts[1]))
+            and parts[2] in _BLOCK and parts[3] == "weight"):                  # 'blk.03' would be a second 'blk.3'
         return f"layers.{int(parts[1])}.{_BLOCK[parts[2]]}.weight"
     if len(parts) == 2 and parts[0] in _TOP and parts[1] == "weight":
         return f"{_TOP[parts[0]]}.weight"
@@ -308,41 +171,71 @@ def unpermute_qk(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 # Loading
 # ---------------------------------------------------------------------------------------------
 def load_gguf(path: str | os.PathLike, progress: bool = True, max_seq_len: int | None = None,
-              undo_permute: bool = True) -> tuple[TinyLM, BPETokenizer | None]:
+              undo_permute: bool = True, max_bytes: int | None = None) -> tuple[TinyLM, BPETokenizer | None]:
     """(model, tokenizer) from a GGUF file: a TinyLM in fp32 and eval mode, and tinylm's BPE tokenizer built
     from the file (None if the file holds none).
 
     progress: a tqdm bar while dequantising. max_seq_len: the RoPE tables' length (default: the file's
     context, 8,192 for SmolLM2). undo_permute=False keeps llama.cpp's q/k row order: a broken model, for the
-    lesson of chapter 13 only.
+    lesson of chapter 13 only. max_bytes: refuse a model that needs more memory (weights in fp32 and RoPE
+    tables; None: half of this machine's RAM).
     """
+    check_bool("progress", progress)
+    check_bool("undo_permute", undo_permute)
     gguf = read_gguf(path)
     cfg = config_from_gguf(gguf, max_seq_len)
-    expected = weight_shapes(cfg)
-    if cfg.tie_embeddings:
-        del expected["lm_head.weight"]
+    names = check_tensors(gguf, cfg)
+    check_memory(str(gguf.path), cfg, max_bytes)
+    try:
+        tok = tokenizer_from_gguf(gguf.metadata) if "tokenizer.ggml.tokens" in gguf.metadata else None
+    except ValueError as e:
+        raise ValueError(f"{gguf.path}: {e}") from None
     weights: dict[str, torch.Tensor] = {}
-    for gname, tensor in tqdm(gguf.tensors.items(), desc="dequantizing", unit="tensor", disable=not progress,
-                              leave=False):
-        name = tinylm_name(gname)
-        if name not in expected:
-            raise ValueError(f"{gguf.path}: tensor {gname!r} ({name}) has no place in a model of {cfg}")
-        if tensor.shape != expected[name]:
-            raise ValueError(f"{gguf.path}: tensor {gname!r} has shape {tensor.shape}, but the metadata implies "
-                             f"{expected[name]} for {name}")
-        w = torch.from_numpy(dequantize(tensor))
+    for gname, name in tqdm(names.items(), desc="dequantizing", unit="tensor", disable=not progress, leave=False):
+        try:
+            w = torch.from_numpy(dequantize(gguf.tensors[gname]))
+        except ValueError as e:
+            raise ValueError(f"{gguf.path}: tensor {gname!r}: {e}") from None
+        check_finite(w, str(gguf.path), repr(gname))
         if undo_permute and gguf.metadata["general.architecture"] == "llama":
             if name.endswith("q_proj.weight"):
                 w = unpermute_qk(w, cfg.n_heads)
             elif name.endswith("k_proj.weight"):
                 w = unpermute_qk(w, cfg.n_kv_heads)
         weights[name] = w
-    missing = sorted(set(expected) - set(weights))
+    return TinyLM.from_weights(cfg, weights, max_bytes), tok
+
+
+_INTEGER_TYPES = {24: "I8", 25: "I16", 26: "I32", 27: "I64"}   # ggml types of integers: never a weight
+
+
+def check_tensors(gguf: GGUFFile, cfg: Config) -> dict[str, str]:
+    """GGUF name -> tinylm name of every tensor, once the file's tensors are exactly the model's: their
+    number (counted before any layer is listed), names, types and shapes. Nothing is read yet."""
+    arch = gguf.metadata["general.architecture"]
+    check_listable(str(gguf.path), len(gguf.tensors), state_size(cfg)[0], f"{arch}.block_count = {cfg.n_layers:,}")
+    expected = weight_shapes(cfg)
+    if cfg.tie_embeddings:
+        del expected["lm_head.weight"]
+    names = {}
+    for gname, tensor in gguf.tensors.items():
+        try:
+            name = tinylm_name(gname)
+        except ValueError as e:
+            raise ValueError(f"{gguf.path}: {e}") from None
+        if name not in expected:
+            raise ValueError(f"{gguf.path}: tensor {gname!r} ({name}) has no place in a model of {cfg}")
+        if tensor.type in _INTEGER_TYPES:
+            raise ValueError(f"{gguf.path}: tensor {gname!r} holds integers ({_INTEGER_TYPES[tensor.type]}); a "
+                             "weight is a float (F32, F16, BF16) or a quantised type (Q4_1, Q8_0, ...)")
+        if tensor.shape != expected[name]:
+            raise ValueError(f"{gguf.path}: tensor {gname!r} has shape {tensor.shape}, but the metadata implies "
+                             f"{expected[name]} for {name}")
+        names[gname] = name
+    missing = sorted(set(expected) - set(names.values()))
     if missing:
         raise ValueError(f"{gguf.path} lacks the tensors for {missing[:4]}{' ...' if len(missing) > 4 else ''}")
-    model = TinyLM.from_weights(cfg, weights)
-    tok = tokenizer_from_gguf(gguf.metadata) if "tokenizer.ggml.tokens" in gguf.metadata else None
-    return model, tok
+    return names
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,12 +268,15 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> BPETokenizer:
         raise ValueError(f"tokenizer.ggml.model is {meta.get('tokenizer.ggml.model')!r}; tinylm reads byte-level "
                          "BPE ('gpt2') tokenizers")
     pre = meta.get("tokenizer.ggml.pre", "gpt2")
-    if pre not in SPLIT_PATTERNS:
-        raise ValueError(f"tokenizer.ggml.pre is {pre!r}; tinylm knows the split patterns {sorted(SPLIT_PATTERNS)}")
+    if not isinstance(pre, str) or pre not in SPLIT_PATTERNS:
+        raise ValueError(f"tokenizer.ggml.pre is {str(pre)[:80]!r}; tinylm knows the split patterns "
+                         f"{sorted(SPLIT_PATTERNS)}")
     tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges")
-    types = meta.get("tokenizer.ggml.token_type", [1] * len(tokens or ()))
-    if not isinstance(tokens, list) or not isinstance(merges, list) or len(types) != len(tokens):
-        raise ValueError("tokenizer.ggml.tokens, token_type and merges must be lists, one type per token")
+    types = meta.get("tokenizer.ggml.token_type", [1] * len(tokens if isinstance(tokens, list) else ()))
+    if (not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens)
+            or not isinstance(merges, list) or not isinstance(types, list) or len(types) != len(tokens)):
+        raise ValueError("tokenizer.ggml.tokens (non-empty strings), token_type (one int per token) and merges "
+                         "must be lists")
     ids = {t: i for i, t in enumerate(tokens)}
     if len(ids) != len(tokens):
         raise ValueError("tokenizer.ggml.tokens holds the same token twice")
@@ -388,7 +284,11 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> BPETokenizer:
     specials = {t: i for i, (t, kind) in enumerate(zip(tokens, types)) if kind in (_CONTROL, _USER_DEFINED)}
     byte_ids: list[int | None] = [None] * 256
     for t, i in ids.items():
-        if len(t) == 1 and t in u2b and t not in specials:
+        if len(t) == 1 and t in u2b:
+            if t in specials:       # a special is never made from text: every encode would drop this byte
+                raise ValueError(f"tokenizer.ggml.tokens[{i}] = {t!r} is the byte 0x{u2b[t]:02x}, but "
+                                 f"token_type[{i}] = {types[i]} makes it a special token, which text never "
+                                 "encodes to; a byte token's type is 1 (normal)")
             byte_ids[u2b[t]] = i
     pairs, merge_ids = [], []
     for r, m in enumerate(merges):
@@ -407,12 +307,12 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> BPETokenizer:
         i = meta.get(key)
         if i is None:
             return None
-        name = next((s for s, j in specials.items() if j == i), None)
+        name = next((s for s, j in specials.items() if j == i), None) if type(i) is int else None
         if name is None:
-            raise ValueError(f"{key} = {i} is not a special token")
+            raise ValueError(f"{key} = {str(i)[:40]} is not the id of a special token")
         return name
 
     return BPETokenizer(pairs, tuple(specials), pre, byte_ids=byte_ids, merge_ids=merge_ids,
                         special_ids=list(specials.values()), bos=special("tokenizer.ggml.bos_token_id"),
                         eos=special("tokenizer.ggml.eos_token_id"),
-                        chat_template=KNOWN_CHAT_TEMPLATES.get(meta.get("tokenizer.chat_template")))
+                        chat_template=KNOWN_CHAT_TEMPLATES.get(str(meta.get("tokenizer.chat_template"))))

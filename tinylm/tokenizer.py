@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ._checks import check_bool, check_header, check_int, is_int
+from ._loading import as_path, unique_keys
 from .chat_template import COURSE, ChatTemplate
 
 # ---------------------------------------------------------------------------------------------
@@ -62,6 +63,7 @@ DEFAULT_SPECIALS = ("<bos>", "<|user|>", "<|assistant|>", "<eos>")
 FORMAT, VERSION = "tinylm-bpe", 2     # version 1 files (the course's layout only) still load
 MAX_TOKEN_BYTES = 4096                # longest token a file may describe (real vocabularies: < 300 bytes)
 MAX_VOCAB_BYTES = 64 * 2**20          # all tokens together (SmolLM2: 0.4 MB)
+MAX_FILE_BYTES = 32 * 2**20           # a tokenizer file (SmolLM2's: 1 MB; parsing takes ~10x its size in memory)
 _CACHE_ITEMS, _CACHE_PIECE = 100_000, 256   # encoded pieces kept (short pieces only)
 
 
@@ -178,7 +180,7 @@ class BPETokenizer:
     def _special_name(self, what: str, given: str | None, default: str) -> str | None:
         if given is None:
             return default if default in self.special_ids else None
-        if given not in self.special_ids:
+        if not isinstance(given, str) or given not in self.special_ids:
             raise ValueError(f"{what} must be one of the specials {list(self.specials)}, got {given!r}")
         return given
 
@@ -408,12 +410,15 @@ class BPETokenizer:
     @classmethod
     def load(cls, path: str | Path) -> "BPETokenizer":
         """Read a tokenizer saved by `save` (versions 1 and 2); ValueError says what is wrong with a bad file."""
-        if not Path(path).is_file():
-            raise ValueError(f"{path} is not a tokenizer file: "
-                             f"{'it is a folder' if Path(path).is_dir() else 'no such file'}")
+        path = as_path(path)
+        if not path.is_file():
+            raise ValueError(f"{path} is not a tokenizer file: {'it is a folder' if path.is_dir() else 'no such file'}")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ValueError(f"{path} is {path.stat().st_size:,} bytes: too large for a tokenizer file (at most "
+                             f"{MAX_FILE_BYTES:,}, tinylm.tokenizer.MAX_FILE_BYTES)")
         try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            d = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_keys)
+        except (ValueError, RecursionError) as e:      # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise ValueError(f"{path} is not a valid tokenizer file: not JSON ({e})") from None
         return cls.from_dict(d, source=str(path))
 
@@ -431,11 +436,13 @@ class BPETokenizer:
                 return cls(d["merges"], tuple(d["specials"]), d["pattern"])
             if not isinstance(d["specials"], dict):
                 raise ValueError("field 'specials' must map each special string to its id")
-            template = d.get("chat_template")
+            template = None if d.get("chat_template") is None else ChatTemplate.from_dict(d["chat_template"])
+            if template is not None and not set(template.specials) <= set(d["specials"]):
+                raise ValueError(f"field 'chat_template' needs the special tokens "
+                                 f"{sorted(set(template.specials) - set(d['specials']))}, which 'specials' lacks")
             return cls(d["merges"], tuple(d["specials"]), d["pattern"], byte_ids=_list(d, "byte_ids"),
                        merge_ids=_list(d, "merge_ids"), special_ids=list(d["specials"].values()),
-                       bos=d.get("bos"), eos=d.get("eos"),
-                       chat_template=None if template is None else ChatTemplate.from_dict(template))
+                       bos=d.get("bos"), eos=d.get("eos"), chat_template=template)
         except ValueError as e:
             raise ValueError(f"{source}: {e}") from None
 

@@ -12,20 +12,25 @@ result where the case can tell). Its outcome is one of:
                non-zero status with an "error:" line and no traceback
     silent     bad input accepted, or valid input that gave a wrong result (or was refused)
     traceback  any other exception; the command line: a traceback
-    hang/oom   past the time limit (10 s a case), or over the memory cap (the address space of the worker
+    hang/oom   past the time limit (10 CPU seconds a case), or over the memory cap (the address space of the worker
                is capped at what it maps after importing torch + 4 GiB), or the worker died
     worked     valid input that worked
 
 The cases run in a worker process (torch is imported once), one after the other, each in its own
 temporary folder. A case that hangs inside C code (a regular expression) cannot be interrupted there: the
-parent kills the worker after 20 s, records the case and starts a new worker for the rest. Linux only (the
-memory cap reads /proc). The "tokenizer" group covers tinylm/tokenizer.py, whose cases are reported apart.
+parent kills the worker after 20 s, records the case and starts a new worker for the rest. Time limits count
+CPU seconds (the worker's, from /proc), so that a machine busy with other work slows the survey down without
+turning slow cases into hangs. Linux only (the memory cap and the CPU times read /proc). The "tokenizer" group
+covers tinylm/tokenizer.py, whose cases are reported apart. The groups "gguf", "hf" and "corpus" (issue 28)
+load the files a learner downloads, made small by tools/fuzz_loaders.py and broken one way each: a path
+outside the folder, sizes that ask for gigabytes, weights that are not what they claim, malformed values.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import io
 import json
 import os
@@ -35,6 +40,7 @@ import resource
 import selectors
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -45,6 +51,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(1, str(ROOT / "tests"))        # gguf_files: GGUF files written as llama.cpp's converter does
 OUTCOMES = ("clear", "silent", "traceback", "hang/oom", "worked")
 CASE_SECONDS, KILL_SECONDS, HEADROOM = 10.0, 20.0, 4 << 30
 
@@ -844,10 +851,371 @@ def _stop_then_resume(c: Ctx) -> CLI:
     return CLI(["--resume", out, "--out", out, *QUIET[-5:]], after=lambda code, err: _step_is(out, 4))
 
 
+# ---------------------------------------------------------------------------------------------
+# files from the internet (issue 28): GGUF files, Hugging Face folders, checkpoints, corpus files
+# ---------------------------------------------------------------------------------------------
+@cache
+def _loader_files(shared: Path):
+    """The fuzzer's real small files (tools/fuzz_loaders.py): a GGUF, a tokenizer file, two HF folders, a checkpoint."""
+    import fuzz_loaders
+    root = shared / f"loaders-{os.getpid()}"       # a worker started after a kill writes its own
+    root.mkdir()
+    return fuzz_loaders.make_files(root)
+
+
+def _files(c: Ctx):
+    return _loader_files(c.shared)
+
+
+def _patched_gguf(c: Ctx, change) -> Path:
+    """The tiny GGUF with its bytes changed by change(bytearray, header): fuzz_loaders.walk finds every field."""
+    import fuzz_loaders
+    raw = bytearray(_files(c).gguf)
+    change(raw, fuzz_loaders.walk(bytes(raw)))
+    path = c.tmp / "m.gguf"
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def _gguf_load(path: Path, **kwargs):
+    from tinylm.pretrained import load_gguf
+    return load_gguf(path, progress=False, **kwargs)
+
+
+def _field_at(h, what: str) -> int:
+    return next(offset for offset, _, name in h.fields if name == what)
+
+
+def _offset_of(raw, h, name: str) -> int:
+    import fuzz_loaders
+    return fuzz_loaders._tensor_offset(bytes(raw), h, name)
+
+
+def _data_start(h) -> int:
+    return -(-h.end // 32) * 32
+
+
+def _set_value(key: str, vtype: int, value):
+    """A change that gives metadata key `key` a new value of GGUF type vtype."""
+    def change(raw, h):
+        import fuzz_loaders
+        start, at, end, _ = next(kv for kv in h.kvs if kv[3] == key)
+        raw[at - 4:end] = struct.pack("<I", vtype) + fuzz_loaders.gguf_value(vtype, value)
+    return change
+
+
+def _repeat_record(kind: str):
+    def change(raw, h):
+        records, count_at = (h.kvs, 16) if kind == "key" else (h.tensors, 8)
+        start, end = records[0][0], records[0][-2]
+        raw[start:start] = raw[start:end]
+        struct.pack_into("<Q", raw, count_at, struct.unpack_from("<Q", raw, count_at)[0] + 1)
+    return change
+
+
+def _second_spelling(raw, h):
+    """A second record for blk.1.attn_q.weight, spelled blk.01 and pointing at the same data."""
+    import fuzz_loaders
+    start, end, name = next(t for t in h.tensors if t[2] == "blk.1.attn_q.weight")
+    record = fuzz_loaders.gguf_value(8, "blk.01.attn_q.weight") + raw[start + 8 + len(name):end]
+    raw[end:end] = record
+    struct.pack_into("<Q", raw, 8, struct.unpack_from("<Q", raw, 8)[0] + 1)
+
+
+def _byte_typed_control(raw, h):
+    """token_type 3 (control) for the byte token 'a': every encode would drop the letter a."""
+    tokens = _tokens(raw, h)
+    start, at, end, _ = next(kv for kv in h.kvs if kv[3] == "tokenizer.ggml.token_type")
+    struct.pack_into("<i", raw, at + 12 + 4 * tokens.index("a"), 3)
+
+
+def _tokens(raw, h) -> list[str]:
+    start, at, end, _ = next(kv for kv in h.kvs if kv[3] == "tokenizer.ggml.tokens")
+    pos, out = at + 12, []
+    while pos < end:
+        n = struct.unpack_from("<Q", raw, pos)[0]
+        out.append(bytes(raw[pos + 8:pos + 8 + n]).decode())
+        pos += 8 + n
+    return out
+
+
+def _nested(raw, h):
+    """The last metadata record replaced by [[[...[1]...]]], 5,001 arrays deep."""
+    import fuzz_loaders
+    start, _, end, _ = h.kvs[-1]
+    deep = struct.pack("<IQ", 9, 1) * 5000 + struct.pack("<IQI", 4, 1, 1)
+    raw[start:end] = fuzz_loaders.gguf_value(8, "deep") + struct.pack("<I", 9) + deep
+
+
+def _wide_gguf(c: Ctx, head_dim: int, context: int) -> Path:
+    """A GGUF of a few hundred KB whose shapes match its metadata, with a wide head and a long context."""
+    import torch
+    from gguf_files import write_gguf
+    from tinylm import Config, TinyLM
+    cfg = Config(vocab_size=300, dim=16, n_layers=1, n_heads=1, n_kv_heads=1, head_dim=head_dim, ffn_dim=16,
+                 max_seq_len=8)
+    torch.manual_seed(0)
+    return write_gguf(c.tmp / "wide.gguf", TinyLM(cfg), tok(c), meta={"context_length": context})
+
+
+def _gguf_meta(c: Ctx, **meta) -> Path:
+    import torch
+    from gguf_files import write_gguf
+    torch.manual_seed(0)
+    return write_gguf(c.tmp / "meta.gguf", model(n_layers=2), tok(c), meta=meta)
+
+
+def _gguf_cases() -> None:
+    def patched(change, **kwargs):
+        return lambda c: _gguf_load(_patched_gguf(c, change), **kwargs)
+    valid("gguf", "load a tiny GGUF", lambda c: _gguf_load(_patched_gguf(c, lambda raw, h: None))[0].cfg.n_layers,
+          lambda n: n == 2)
+    valid("gguf", "load with max_bytes=10**9", patched(lambda raw, h: None, max_bytes=10**9))
+    bad("gguf", "block_count 10**9 with two layers of tensors", lambda c: _gguf_load(_gguf_meta(c, block_count=10**9)))
+    bad("gguf", "key_length 4096 and context 2**17 (8 GiB of RoPE tables from a small file)",
+        lambda c: _gguf_load(_wide_gguf(c, 4096, 2**17)))
+    bad("gguf", "key_length 1024 and context 2**17 (2 GiB of RoPE tables)",
+        lambda c: _gguf_load(_wide_gguf(c, 1024, 2**17)))
+    bad("gguf", "vocab_size smaller than the token list", lambda c: _gguf_load(_gguf_meta(c, vocab_size=299)))
+    bad("gguf", "a NaN weight", patched(lambda raw, h: struct.pack_into(
+        "<f", raw, _data_start(h) + _offset_of(raw, h, "output_norm.weight"), float("nan"))))
+    bad("gguf", "an inf weight", patched(lambda raw, h: struct.pack_into(
+        "<f", raw, _data_start(h) + _offset_of(raw, h, "output_norm.weight"), float("inf"))))
+    bad("gguf", "two tensors' data overlap", patched(lambda raw, h: struct.pack_into(
+        "<Q", raw, _field_at(h, "output_norm.weight offset"), _offset_of(raw, h, "token_embd.weight"))))
+    bad("gguf", "a tensor's data unaligned", patched(lambda raw, h: struct.pack_into(
+        "<Q", raw, _field_at(h, "output_norm.weight offset"), _offset_of(raw, h, "output_norm.weight") + 4)))
+    bad("gguf", "an int32 tensor (I32)", patched(lambda raw, h: struct.pack_into(
+        "<I", raw, _field_at(h, "output_norm.weight ggml type"), 26)))
+    bad("gguf", "a metadata key given twice", patched(_repeat_record("key")))
+    bad("gguf", "a tensor given twice", patched(_repeat_record("tensor")))
+    bad("gguf", "a tensor given twice under two spellings (blk.1, blk.01)", patched(_second_spelling))
+    bad("gguf", "a byte token typed control", patched(_byte_typed_control))
+    bad("gguf", "metadata arrays nested 5,000 deep", patched(_nested))
+    bad("gguf", "general.alignment 0", lambda c: _gguf_load(_patched_gguf(c, _add_alignment(0))))
+    bad("gguf", "general.alignment 48 (not a power of two)", lambda c: _gguf_load(_patched_gguf(c, _add_alignment(48))))
+    for key, vtype, value, label in [
+        ("tokenizer.ggml.tokens", 4, 253, "tokens a number"),
+        ("tokenizer.ggml.token_type", 7, False, "token_type a bool"),
+        ("tokenizer.ggml.merges", 8, "a b", "merges a string"),
+        ("tokenizer.ggml.pre", 9, (8, ["smollm"]), "pre a list"),
+        ("tokenizer.ggml.eos_token_id", 7, True, "eos_token_id True"), ("tokenizer.ggml.eos_token_id", 4, 10**6,
+                                                                         "eos_token_id past the vocabulary"),
+        ("llama.block_count", 8, "2", "block_count a string"), ("llama.block_count", 7, True, "block_count True"),
+        ("llama.embedding_length", 9, (4, [32]), "embedding_length a list"),
+        ("llama.attention.layer_norm_rms_epsilon", 6, float("nan"), "rms epsilon NaN"),
+        ("llama.rope.freq_base", 6, float("inf"), "rope.freq_base inf"),
+        ("general.architecture", 9, (8, ["llama"]), "architecture a list"),
+        ("llama.context_length", 10, 2**64 - 1, "context_length 2**64 - 1"),
+    ]:
+        bad("gguf", label, lambda c, k=key, t=vtype, v=value: _gguf_load(_patched_gguf(c, _set_value(k, t, v))))
+    bad("gguf", "chat_template a list", lambda c: _gguf_load(_patched_gguf(c, _add_key(
+        "tokenizer.chat_template", 9, (8, ["x"])))))
+    bad("gguf", "max_bytes=1000", patched(lambda raw, h: None, max_bytes=1000))
+    bad("gguf", "max_bytes=-1", patched(lambda raw, h: None, max_bytes=-1))
+    bad("gguf", "load_gguf(None)", lambda c: _gguf_load(None))
+    bad("gguf", "load_gguf(a folder)", lambda c: _gguf_load(c.tmp))
+
+
+def _add_key(key: str, vtype: int, value):
+    def change(raw, h):
+        import fuzz_loaders
+        at = h.kvs[-1][2]
+        raw[at:at] = fuzz_loaders.gguf_value(8, key) + struct.pack("<I", vtype) + fuzz_loaders.gguf_value(vtype, value)
+        struct.pack_into("<Q", raw, 16, struct.unpack_from("<Q", raw, 16)[0] + 1)
+    return change
+
+
+def _add_alignment(value: int):
+    return _add_key("general.alignment", 4, value)
+
+
+def _hf_copy(c: Ctx, sharded: bool = False) -> Path:
+    f = _files(c)
+    return Path(shutil.copytree(f.sharded if sharded else f.hf, c.tmp / "hf"))
+
+
+def _hf_load(path, **kwargs):
+    from tinylm.hf import load_hf_dir
+    return load_hf_dir(path, **kwargs)
+
+
+def _hf_config(c: Ctx, **changes) -> Path:
+    path = _hf_copy(c)
+    _edit_json(path / "config.json", lambda d: d.update(changes))
+    return path
+
+
+def _hf_index(c: Ctx, change) -> Path:
+    path = _hf_copy(c, sharded=True)
+    _edit_json(path / "model.safetensors.index.json", change)
+    return path
+
+
+def _hf_outside(c: Ctx, name: str) -> Path:
+    """The second shard's tensors named by `name`; a real copy of that shard waits there (loading it is silent)."""
+    path = _hf_copy(c, sharded=True)
+    second = "model-00002-of-00002.safetensors"
+    (c.tmp / "elsewhere").mkdir()
+    shutil.copy(path / second, c.tmp / "elsewhere" / "x.safetensors")
+    _edit_json(path / "model.safetensors.index.json", lambda d: d["weight_map"].update(
+        {k: name.replace("TMP", str(c.tmp)) for k, v in d["weight_map"].items() if v == second}))
+    return path
+
+
+def _hf_tensors(c: Ctx, change, sharded: bool = False) -> Path:
+    path = _hf_copy(c, sharded)
+    f = path / ("model-00002-of-00002.safetensors" if sharded else "model.safetensors")
+    _rewrite_tensors(f, change)
+    return path
+
+
+def _later_copy(c: Ctx):
+    """A tensor of the first shard also in the second, as 7s: the weight map names the first. The model must
+    hold the first shard's values."""
+    import torch
+    from safetensors.torch import load_file
+    path = _hf_copy(c, sharded=True)
+    first = load_file(path / "model-00001-of-00002.safetensors")
+    key = sorted(first)[0]
+    _rewrite_tensors(path / "model-00002-of-00002.safetensors",
+                     lambda t: t.update({key: torch.full_like(first[key], 7.0)}))
+    return torch.equal(_hf_load(path).state_dict()[key.removeprefix("model.")], first[key])
+
+
+def _other_shard(index: dict) -> None:
+    """The first tensor of the first shard moved, in the weight map only, to the second shard."""
+    key = sorted(k for k, v in index["weight_map"].items() if v.startswith("model-00001"))[0]
+    index["weight_map"][key] = "model-00002-of-00002.safetensors"
+
+
+def _hf_cases() -> None:
+    import torch
+    valid("hf", "load a folder", lambda c: _hf_load(_hf_copy(c)).cfg.n_layers, lambda n: n == 2)
+    valid("hf", "load a sharded folder", lambda c: _hf_load(_hf_copy(c, sharded=True)).cfg.n_layers, lambda n: n == 2)
+    valid("hf", "a tensor also in a later shard: the weight map's shard wins", _later_copy, bool)
+    valid("hf", "a shard holding a tensor the weight map does not name (it is not read)",
+          lambda c: _hf_load(_hf_tensors(c, lambda t: t.update(evil=torch.zeros(3)), sharded=True)).cfg.n_layers,
+          lambda n: n == 2)
+    valid("hf", "load with max_bytes=10**9", lambda c: _hf_load(_hf_copy(c), max_bytes=10**9))
+    for label, name in [("../elsewhere/x.safetensors", "../elsewhere/x.safetensors"),
+                        ("an absolute path", "TMP/elsewhere/x.safetensors"),
+                        ("sub/../../elsewhere/x.safetensors", "sub/../../elsewhere/x.safetensors"),
+                        ("a missing file", "missing.safetensors"), ("config.json", "config.json"), ("''", ""),
+                        ("a number", 7), ("None", None)]:
+        bad("hf", f"index: a shard named {label}", lambda c, n=name: _hf_load(_hf_outside(c, n)))
+    bad("hf", "index: a tensor its shard lacks", lambda c: _hf_load(_hf_index(c, _other_shard)))
+    for label, raw in [("not JSON", "{x"), ("a list", "[1]"), ("no weight_map", '{"metadata": {}}'),
+                       ("weight_map a list", '{"weight_map": []}'), ("nested", "[" * 100_000), ("empty", "")]:
+        bad("hf", f"index: {label}", lambda c, r=raw: (lambda p: ((p / "model.safetensors.index.json").write_text(r),
+                                                                  _hf_load(p))[1])(_hf_copy(c, sharded=True)))
+    bad("hf", "index: a key given twice", lambda c: (lambda p: (
+        (p / "model.safetensors.index.json").write_text('{"weight_map": {}, ' + (
+            p / "model.safetensors.index.json").read_text()[1:]), _hf_load(p))[1])(_hf_copy(c, sharded=True)))
+    for label, changes in [("rope_theta null", {"rope_theta": None}),
+                           ("rope_scaling 'linear'", {"rope_scaling": "linear"}),
+                           ("rope_parameters without rope_theta", {"rope_parameters": {"rope_type": "default"}}),
+                           ("rope_parameters a list", {"rope_parameters": [1]}),
+                           ("model_type a list", {"model_type": ["llama"]}),
+                           ("head_dim 2**18 (8 GiB of RoPE tables from a few hundred bytes)",
+                            {"head_dim": 2**18, "max_position_embeddings": 2048}),
+                           ("head_dim 1024 and 2**17 positions", {"head_dim": 1024, "max_position_embeddings": 2**17}),
+                           ("num_hidden_layers 10**9", {"num_hidden_layers": 10**9}),
+                           ("vocab_size 2**40", {"vocab_size": 2**40}), ("hidden_size '32'", {"hidden_size": "32"}),
+                           ("tie_word_embeddings 'yes'", {"tie_word_embeddings": "yes"}),
+                           ("rms_norm_eps NaN", {"rms_norm_eps": float("nan")})]:
+        bad("hf", f"config.json {label}", lambda c, ch=changes: _hf_load(_hf_config(c, **ch)))
+    for label, raw in [("not JSON", "{x"), ("a list", "[]"), ("nested", "[" * 100_000)]:
+        bad("hf", f"config.json {label}", lambda c, r=raw: (lambda p: ((p / "config.json").write_text(r),
+                                                                       _hf_load(p))[1])(_hf_copy(c)))
+    bad("hf", "config.json: a key given twice", lambda c: (lambda p: ((p / "config.json").write_text(
+        '{"model_type": "qwen3", ' + (p / "config.json").read_text()[1:]), _hf_load(p))[1])(_hf_copy(c)))
+    bad("hf", "model.safetensors of random bytes", lambda c: (lambda p: (
+        (p / "model.safetensors").write_bytes(os.urandom(5000)), _hf_load(p))[1])(_hf_copy(c)))
+    bad("hf", "model.safetensors empty", lambda c: (lambda p: ((p / "model.safetensors").write_bytes(b""),
+                                                               _hf_load(p))[1])(_hf_copy(c)))
+    bad("hf", "a NaN weight", lambda c: _hf_load(_hf_tensors(c, lambda t: t["model.norm.weight"].fill_(float("nan")))))
+    bad("hf", "an int32 weight of the right shape", lambda c: _hf_load(_hf_tensors(
+        c, lambda t: t.update({"model.norm.weight": t["model.norm.weight"].int()}))))
+    bad("hf", "two names for one tensor (model.norm.weight, norm.weight)", lambda c: _hf_load(_hf_tensors(
+        c, lambda t: t.update({"norm.weight": t["model.norm.weight"].clone()}))))
+    bad("hf", "dtype='float16'", lambda c: _hf_load(_hf_copy(c), dtype="float16"))
+    bad("hf", "dtype=torch.int8", lambda c: _hf_load(_hf_copy(c), dtype=torch.int8))
+    bad("hf", "max_bytes=1000", lambda c: _hf_load(_hf_copy(c), max_bytes=1000))
+    bad("hf", "load_hf_dir(None)", lambda c: _hf_load(None))
+    bad("hf", "an empty folder", lambda c: _hf_load(c.tmp))
+
+
+def _loader_cases() -> None:
+    """Arguments, memory estimates and the corpus readers."""
+    import torch
+
+    from tinylm import Config, KVCache, TinyLM, corpus
+    from tinylm.generate import generate
+    from tinylm.train import load_checkpoint, load_weights
+    for device in ("cuda:4096", "tpu", 5, "meta"):
+        bad("checkpoint", f"load_checkpoint(device={device!r})", lambda c, d=device: load_checkpoint(copy_ckpt(c), d))
+        bad("checkpoint", f"load_weights(device={device!r})", lambda c, d=device: load_weights(copy_ckpt(c), d))
+    bad("checkpoint", "load_checkpoint(None)", lambda c: load_checkpoint(None))
+    bad("checkpoint", "load_checkpoint max_bytes=1000", lambda c: load_checkpoint(copy_ckpt(c), max_bytes=1000))
+    bad("checkpoint", "config.json: a key given twice", damaged_json('{"step": 0, '))
+    bad("config", "TinyLM(Config(vocab_size=2**31, dim=16)) (128 GiB)",
+        lambda c: TinyLM(Config(vocab_size=2**31, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=16)))
+    bad("config", "Config(head_dim=4096, max_seq_len=2**17) (8 GiB of RoPE tables)",
+        lambda c: Config(dim=16, n_heads=1, n_kv_heads=1, head_dim=4096, max_seq_len=2**17))
+    bad("config", "TinyLM with head_dim 1024 and 2**17 positions (2 GiB of RoPE tables)",
+        lambda c: TinyLM(Config(vocab_size=10, dim=16, n_layers=1, n_heads=1, n_kv_heads=1, head_dim=1024,
+                                ffn_dim=16, max_seq_len=2**17)))
+    bad("config", "TinyLM(cfg, max_bytes=1000)", lambda c: TinyLM(tiny_cfg(), max_bytes=1000))
+    bad("model", "KVCache of batch 10**7 (76 GiB)", lambda c: KVCache(tiny_cfg(), 10**7, 64))
+    bad("model", "new_cache of batch 10**7", lambda c: model().new_cache(10**7))
+    bad("generate", "a prompt on another device than the model", lambda c: generate(model().to("meta"), ids(1, 4), 2))
+    valid("corpus", "the shipped stories and conversations",
+          lambda c: (corpus.stories("val"), corpus.conversations("val")),
+          lambda r: all(isinstance(s, str) for s in r[0]) and all("messages" in x for x in r[1]))
+    for label, content in [("not gzip", b"plain text"), ("truncated gzip", gzip.compress(b'{"text": "a"}\n')[:-9]),
+                           ("not UTF-8", gzip.compress(b"\xff\xfe\n")),
+                           ("a line not JSON", gzip.compress(b'{"text": "a"}\n{x\n')),
+                           ("text a number", gzip.compress(b'{"text": 5}\n')),
+                           ("a record a list", gzip.compress(b'[1]\n'))]:
+        bad("corpus", f"stories: {label}", lambda c, b=content: _corpus(c, "stories", b))
+    for label, record in [("messages a string", {"messages": "hi"}),
+                          ("content None", {"messages": [{"role": "user", "content": None}]}),
+                          ("role system", {"messages": [{"role": "system", "content": "x"}]}),
+                          ("a turn with an extra key", {"messages": [{"role": "user", "content": "x", "id": 1}]})]:
+        bad("corpus", f"conversations: {label}", lambda c, r=record: _corpus(
+            c, "conversations", gzip.compress(json.dumps(r).encode())))
+
+
+def damaged_json(prefix: str):
+    def run(c):
+        path = copy_ckpt(c)
+        (path / "config.json").write_text(prefix + (path / "config.json").read_text()[1:])
+        return _load_ckpt(path)
+    return run
+
+
+def _corpus(c: Ctx, kind: str, content: bytes):
+    from tinylm import corpus
+    name = (corpus.STORY_FILES if kind == "stories" else corpus.CHAT_FILES)["train"]
+    (c.tmp / name).write_bytes(content)
+    return getattr(corpus, kind)("train", c.tmp)
+
+
+def _cli_loader_cases() -> None:
+    def f(*extra):
+        return lambda c: CLI([*flags(c), *extra])
+    bad("cli", "--seed 2**70", f("--seed", str(2**70)))
+    bad("cli", "--seed 2**64", f("--seed", str(2**64)))
+    bad("cli", "--threads 100000", f("--threads", "100000"))
+    bad("cli", "--out '' (the working directory)", lambda c: (os.chdir(c.tmp), CLI([*flags(c)[:-2], "--out", ""]))[1])
+    bad("cli", "--out .", lambda c: (os.chdir(c.tmp), CLI([*flags(c)[:-2], "--out", "."]))[1])
+
+
 def catalogue() -> dict[str, Case]:
     if not CASES:
         for make in (_config_cases, _model_cases, _generate_cases, _tokenizer_cases, _chat_cases, _checkpoint_cases,
-                     _train_cases, _book_cases, _cli_cases):
+                     _train_cases, _book_cases, _cli_cases, _gguf_cases, _hf_cases, _loader_cases, _cli_loader_cases):
             make()
     return CASES
 
@@ -898,8 +1266,8 @@ def run_case(name: str, ctx: Ctx) -> tuple[str, str]:
 
     def time_up(signum, frame):
         raise Hang
-    signal.signal(signal.SIGALRM, time_up)
-    signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
+    signal.signal(signal.SIGPROF, time_up)
+    signal.setitimer(signal.ITIMER_PROF, CASE_SECONDS)      # CPU seconds: a loaded machine makes no false hang
     try:
         import warnings
         with warnings.catch_warnings():
@@ -911,7 +1279,7 @@ def run_case(name: str, ctx: Ctx) -> tuple[str, str]:
                 right = case.check(result) if case.check else True
                 kind, message = ("worked" if right else "wrong"), "returned" + ("" if right else " a wrong result")
     except Hang:
-        return "hang/oom", f"still running after {CASE_SECONDS:g} s"
+        return "hang/oom", f"still running after {CASE_SECONDS:g} CPU seconds"
     except ValueError as e:
         kind, message = ("clear" if str(e) else "traceback"), f"ValueError: {e}"
     except AssertionError as e:
@@ -919,7 +1287,8 @@ def run_case(name: str, ctx: Ctx) -> tuple[str, str]:
     except BaseException as e:
         kind, message = ("hang/oom" if _oom(e) else "traceback"), f"{type(e).__name__}: {e}"
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        os.chdir(ROOT)                          # a case may run the command line in its own folder
     if case.bad:
         outcome = {"clear": "clear", "worked": "silent", "wrong": "silent"}.get(kind, kind)
     else:
@@ -969,7 +1338,7 @@ def survey(names: list[str], shared: Path) -> list[dict]:
             proc.stdin.flush()
             limit = KILL_SECONDS + (60 if started else 0)            # the first case waits for imports
             started = False
-            if sel.select(timeout=limit) and (line := proc.stdout.readline()):
+            if (line := _answer(proc, sel, limit)):
                 results.append(json.loads(line))
                 todo.pop(0)
                 continue
@@ -977,13 +1346,32 @@ def survey(names: list[str], shared: Path) -> list[dict]:
             proc.wait()
             died = proc.returncode not in (None, -signal.SIGKILL)
             results.append({"case": name, "outcome": "hang/oom",
-                            "message": "the worker died" if died else f"killed after {limit:g} s"})
+                            "message": "the worker died" if died else f"killed after {limit:g} CPU s"})
             todo.pop(0)
             break
         else:
             proc.stdin.close()
             proc.wait()
     return results
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux: /proc/<pid>/stat); inf once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("inf")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _answer(proc: subprocess.Popen, sel: selectors.BaseSelector, limit: float) -> str:
+    """The worker's answer line, or '' once it has spent `limit` CPU seconds on this case (or 50 x limit of wall
+    time, for a worker that waits on something), or died."""
+    cpu, wall = _cpu_seconds(proc.pid), time.monotonic()
+    while not sel.select(timeout=1.0):
+        if _cpu_seconds(proc.pid) - cpu > limit or time.monotonic() - wall > 50 * limit:
+            return ""
+    return proc.stdout.readline()
 
 
 def print_tables(results: list[dict]) -> None:

@@ -36,6 +36,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .._checks import check_fields, check_header, check_int
+from .._loading import FLOAT_DTYPES, as_path, check_device, check_memory, read_json
 from ..config import Config
 from ..model import TinyLM
 from ..params import block_shapes, weight_shapes
@@ -177,13 +178,7 @@ def read_checkpoint_config(path: str | Path, versions: tuple[int, ...] = (CHECKP
     f = checkpoint_file(path, CONFIG)
     if not f.is_file():
         raise ValueError(f"{path} is not a checkpoint folder: {CONFIG} is missing")
-    if f.stat().st_size > MAX_CONFIG_BYTES:
-        raise ValueError(f"{f} is {f.stat().st_size:,} bytes, too large for a checkpoint's config.json "
-                         f"(at most {MAX_CONFIG_BYTES:,})")
-    try:
-        meta = json.loads(f.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise ValueError(f"{f} is not valid JSON ({e})") from None
+    meta = read_json(f, "a checkpoint's config.json", MAX_CONFIG_BYTES)
     version = meta.get("version") if isinstance(meta, dict) and type(meta.get("version")) is int else None
     if version == 1 and 1 not in versions and meta.get("format") == CHECKPOINT_FORMAT:
         raise ValueError(
@@ -215,12 +210,13 @@ def read_checkpoint_config(path: str | Path, versions: tuple[int, ...] = (CHECKP
     return meta
 
 
-def load_weights(path: str | Path, device: torch.device | str = "cpu") -> TinyLM:
+def load_weights(path: str | Path, device: torch.device | str = "cpu", max_bytes: int | None = None) -> TinyLM:
     """The model of a checkpoint folder, weights only (no optimizer state): a version 2 checkpoint, or a
-    version 1 one (its model.safetensors and config.json; its train_state.pt pickle is never opened)."""
-    path = Path(path)
+    version 1 one (its model.safetensors and config.json; its train_state.pt pickle is never opened).
+    max_bytes: refuse a model that needs more memory (None: half of this machine's RAM)."""
+    path, device = as_path(path), check_device(device)
     meta = read_checkpoint_config(path, versions=(1, CHECKPOINT_VERSION))
-    return _load_model(path, meta, device)
+    return _load_model(path, meta, device, max_bytes)
 
 
 def load_mini_companion(device: torch.device | str = "cpu") -> tuple[TinyLM, BPETokenizer]:
@@ -230,15 +226,16 @@ def load_mini_companion(device: torch.device | str = "cpu") -> tuple[TinyLM, BPE
     return load_weights(MINI_COMPANION, device), BPETokenizer.load(MINI_COMPANION / TOKENIZER)
 
 
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", max_bytes: int | None = None) -> Checkpoint:
     """Read a checkpoint folder written by `save_checkpoint` (weights, settings, optimizer and RNG state).
 
     Every file is checked (formats, fields, shapes, finite values, the same step and save_id) before the
-    model is built; a ValueError names the file and what is wrong with it.
+    model is built; a ValueError names the file and what is wrong with it. device: 'cpu', 'cuda', ...;
+    max_bytes: refuse a model that needs more memory (None: half of this machine's RAM).
     """
-    path = Path(path)
+    path, device = as_path(path), check_device(device)
     meta = read_checkpoint_config(path)
-    model = _load_model(path, meta, device)
+    model = _load_model(path, meta, device, max_bytes)
     state = _read_state(path, meta, dict(model.named_parameters()))
     f = checkpoint_file(path, STATE)
     history = History(**{h.name: state.pop(f"history.{h.name}").tolist() for h in fields(History)
@@ -276,7 +273,7 @@ def _open(f: Path, meta: dict):
     return handle
 
 
-def _load_model(path: Path, meta: dict, device: torch.device | str) -> TinyLM:
+def _load_model(path: Path, meta: dict, device: torch.device, max_bytes: int | None) -> TinyLM:
     """Check model.safetensors' names, shapes and dtypes against config.json's model, then build and fill."""
     cfg = Config.from_dict(meta["model"])
     f = checkpoint_file(path, WEIGHTS)
@@ -300,10 +297,11 @@ def _load_model(path: Path, meta: dict, device: torch.device | str) -> TinyLM:
                              f"{unknown[:5]}")
         for name, shape in shapes.items():
             piece = st.get_slice(name)
-            if tuple(piece.get_shape()) != shape or piece.get_dtype() not in ("F16", "BF16", "F32", "F64"):
+            if tuple(piece.get_shape()) != shape or piece.get_dtype() not in FLOAT_DTYPES:
                 raise ValueError(f"{f}: tensor {name} is {piece.get_dtype()} {tuple(piece.get_shape())}, "
                                  f"config.json's model needs a float tensor of shape {shape}")
-        model = TinyLM(cfg).to(device)   # every check passed: the sizes are those of the file on disk
+        check_memory(str(checkpoint_file(path, CONFIG)), cfg, max_bytes)
+        model = TinyLM(cfg, max_bytes).to(device)   # every check passed: the sizes are those of the file on disk
         weights = model.state_dict()     # tensors sharing the model's storage: copy_ fills the model
         for name in shapes:
             t = st.get_tensor(name)
@@ -339,7 +337,7 @@ def _read_state(path: Path, meta: dict, params: dict[str, torch.nn.Parameter]) -
             elif kind == "step":
                 want = ((), ("F32", "F64", "I64"))
             else:
-                want = (tuple(params[param].shape), ("F16", "BF16", "F32", "F64"))
+                want = (tuple(params[param].shape), FLOAT_DTYPES)
             if shape != want[0] or dtype not in want[1]:
                 raise ValueError(f"{f}: tensor {name!r} is {dtype} {shape}, expected {'/'.join(want[1])} "
                                  f"{'1-D' if want[0] == (-1,) else want[0]}")

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from .. import corpus, distributed
 from .._checks import IGNORE_INDEX, check_bool, check_int, check_number
+from .._loading import check_device, model_bytes
 from ..chat import ChatSession, encode_chat, load_conversations
 from ..config import PRESETS, Config
 from ..generate import generate
@@ -152,20 +153,7 @@ def pick_device(name: str = "auto") -> torch.device:
         if torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"unknown device {name!r}; use 'auto', 'cpu', 'cuda' or 'mps'") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r}: this PyTorch has no CUDA GPU to use (torch.cuda.is_available() is "
-                         "False); use 'cpu' or 'auto'")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"device {name!r}: there are {torch.cuda.device_count()} CUDA GPUs, numbered from 0")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {name!r}: Apple's MPS is not available here; use 'cpu' or 'auto'")
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device {name!r}: tinylm trains on 'cpu', 'cuda' or 'mps'")
-    return device
+    return check_device(name)
 
 
 def _device(args: argparse.Namespace, launch: distributed.Launch) -> torch.device:
@@ -182,9 +170,13 @@ def _check_flags(args: argparse.Namespace) -> None:
     """The flags that are not fields of Config or TrainConfig (those check themselves)."""
     check_number("--val-fraction", args.val_fraction, 0, 1, low_open=True, high_open=True)
     check_int("--sample-tokens", args.sample_tokens, low=0, hint=" (0: no sample)")
-    for flag in ("stop_after", "threads"):
-        if getattr(args, flag) is not None:
-            check_int("--" + flag.replace("_", "-"), getattr(args, flag), low=1)
+    if args.stop_after is not None:
+        check_int("--stop-after", args.stop_after, low=1)
+    if args.threads is not None:       # more threads than cores only wait for each other (or exhaust the OS)
+        check_int("--threads", args.threads, 1, os.cpu_count() or 1, hint=" (this machine's cores: os.cpu_count())")
+    if args.out == Path():             # --out '' (argparse gives Path('.')) or --out .: the working directory
+        raise ValueError("--out must name a folder for the run's checkpoints (e.g. --out runs/mini), not the "
+                         "working directory itself ('' or '.')")
 
 
 def _train_config(args: argparse.Namespace, ckpt) -> TrainConfig:
@@ -248,18 +240,20 @@ def _memory_bytes(device: torch.device) -> int | None:
 
 def _check_memory(cfg: Config, tc: TrainConfig, device: torch.device) -> None:
     """Refuse, before allocating anything, a model or batch that cannot fit: fp32 weights, gradients and two
-    AdamW moments (16 bytes per parameter) plus the activations of a batch (a rough estimate)."""
+    AdamW moments (16 bytes per parameter), the RoPE tables, plus the activations of a batch (a rough estimate)."""
     available = _memory_bytes(device)
     if available is None:
         return
     params = _param_count(cfg)
     tokens = tc.batch_size * tc.seq_len
     per_token = 4 * (3 * cfg.vocab_size + cfg.n_layers * (16 * cfg.dim + 4 * cfg.ffn_dim * cfg.experts_per_token))
-    need = 16 * params + tokens * per_token
+    rope = model_bytes(cfg)["RoPE tables"]
+    need = 16 * params + rope + tokens * per_token
     if need > available:
         gb = lambda n: f"{n / 2**30:,.1f} GiB"  # noqa: E731
         raise ValueError(f"this run needs about {gb(need)} ({params:,} parameters x 16 bytes for the weights, "
-                         f"gradients and AdamW moments, plus {gb(tokens * per_token)} of activations for "
+                         f"gradients and AdamW moments, {gb(rope)} of RoPE tables for --max-seq-len "
+                         f"{cfg.max_seq_len}, plus {gb(tokens * per_token)} of activations for "
                          f"--batch-size {tc.batch_size} x --seq-len {tc.seq_len}), more than the {gb(available)} "
                          f"of the {device.type}; choose a smaller model (--vocab-size, --dim, --n-layers, --ffn-dim, "
                          "--n-experts) or batch")

@@ -37,8 +37,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_batches"):
             setattr(self, name, check_int(name, getattr(self, name), low=1))   # numpy ints -> int
-        for name in ("warmup", "seed"):
-            setattr(self, name, check_int(name, getattr(self, name), low=0))
+        self.warmup = check_int("warmup", self.warmup, low=0)
+        self.seed = check_int("seed", self.seed, 0, 2**63 - 1, hint=" (a 64-bit seed: torch's generators take it)")
         check_lr(self.lr, self.min_lr)
         for name in ("weight_decay", "grad_clip"):
             check_number(name, getattr(self, name), 0)
