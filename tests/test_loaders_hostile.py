@@ -366,7 +366,7 @@ def test_cli_memory_check_counts_the_rope_tables(monkeypatch):
 def test_smollm2_is_refused_before_dequantizing_when_max_bytes_is_too_small():
     """SmolLM2-135M needs 538 MB of fp32 weights: under 500 MB it is refused from its header, in a second."""
     message = refused(lambda: load_gguf(smollm2_gguf_path(), progress=False, max_bytes=500 * 10**6),
-                      r"needs about 0\.5 GiB \(weights 0\.5 GiB, RoPE tables 8\.0 MiB\)", seconds=5, headroom=512 << 20)
+                      r"needs about [\d.]+ [MG]iB \(weights [\d.]+ [MG]iB, RoPE tables 8\.0 MiB\)", seconds=5, headroom=512 << 20)
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in message
 
 

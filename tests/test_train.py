@@ -511,7 +511,7 @@ def test_cli_tiny_run_writes_a_checkpoint(tmp_path):
     meta = json.loads((out / "config.json").read_text())
     assert meta["step"] == 4 and meta["model"]["dim"] == 32 and meta["model"]["vocab_size"] == 300
     assert BPETokenizer.load(out / "tokenizer.json").vocab_size == 300
-    assert "validation loss" in r.stderr
+    assert "val loss" in r.stderr and "val bits per byte" in r.stderr
 
 
 def test_cli_resume_continues_exactly_and_chat_fine_tunes(tmp_path):

@@ -221,16 +221,19 @@ class Block(nn.Module):
             self.mlp = MoE(cfg, expert=lambda: SwiGLU(cfg.dim, cfg.ffn_dim))
         else:
             self.mlp = SwiGLU(cfg.dim, cfg.ffn_dim)
-        self.dropout = nn.Dropout(cfg.dropout)   # identity in eval mode, and when cfg.dropout is 0
+        self.dropout = cfg.dropout   # residual dropout, in training only (0: none; no module, nothing drawn)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 cache: KVCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         h = self.input_layernorm(x)
         # with no pad, the call of an unpadded model: (x, cos, sin, cache), as chapters that wrap it expect
         y = self.self_attn(h, cos, sin, cache) if mask is None else self.self_attn(h, cos, sin, cache, mask)
-        x = x + self.dropout(y)
-        x = x + self.dropout(self.mlp(self.post_attention_layernorm(x)))
+        x = x + self._drop(y)
+        x = x + self._drop(self.mlp(self.post_attention_layernorm(x)))
         return x
+
+    def _drop(self, y: torch.Tensor) -> torch.Tensor:
+        return F.dropout(y, self.dropout, self.training) if self.dropout and self.training else y
 
 
 def check_idx(idx: torch.Tensor, vocab_size: int) -> None:
