@@ -797,13 +797,16 @@ def _cli_cases() -> None:
                                            "--eval-every", "5", "--sample-tokens", "10"))
     valid("cli", "a tiny run", f("--steps", "2", "--eval-every", "2"))
     valid("cli", "a tiny run with a sample", f("--steps", "2", "--eval-every", "2", "--sample-tokens", "5"))
-    valid("cli", "--max-seq-len 16 --chat with a sample", lambda c: CLI(
+    bad("cli", "--max-seq-len 16 --chat (rows of 16 tokens hold prompts only: nothing to learn)", lambda c: CLI(
         [*flags(c), "--chat", "--data", shared_files(c)["chat"], "--max-seq-len", "16", "--steps", "2",
          "--eval-every", "2", "--eval-batches", "50", "--sample-tokens", "60"]))
+    valid("cli", "--max-seq-len 48 --chat with a sample of 60 tokens", lambda c: CLI(
+        [*flags(c), "--chat", "--data", shared_files(c)["chat"], "--max-seq-len", "48", "--seq-len", "48",
+         "--steps", "2", "--eval-every", "2", "--eval-batches", "50", "--sample-tokens", "60"]))
     valid("cli", "--stop-after then --resume", lambda c: _stop_then_resume(c))
     valid("cli", "--chat --init", lambda c: CLI(["--chat", "--init", copy_ckpt(c), "--data", shared_files(c)["chat"],
-                                                 *QUIET, "--steps", "2", "--eval-every", "2", "--eval-batches", "50",
-                                                 "--out", c.tmp / "chat"]))
+                                                 *QUIET, "--seq-len", "48", "--steps", "2", "--eval-every", "2",
+                                                 "--eval-batches", "50", "--out", c.tmp / "chat"]))
     valid("cli", "--resume continues", lambda c: (lambda p: CLI(["--resume", p, "--out", p, *QUIET[-5:]],
                                                                 after=lambda code, err: _step_is(p, 4)))(copy_ckpt(c)))
 
