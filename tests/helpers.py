@@ -53,7 +53,8 @@ def limits(seconds: float = 10.0, headroom: int = 1 << 30):
         cap = mapped + headroom if hard == resource.RLIM_INFINITY else min(mapped + headroom, hard)
         resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
     previous = signal.signal(signal.SIGALRM, time_up)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)   # again every second: a handler that runs inside a gc
+                                                         # callback has its exception swallowed
     try:
         yield
     finally:

@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from gguf_files import tokenizer_metadata, write_gguf
 from helpers import limits
 from tinylm import Config, KVCache, TinyLM, corpus, count_params, generate
-from tinylm._loading import default_max_bytes, model_bytes
+from tinylm._loading import check_finite, default_max_bytes, model_bytes
 from tinylm.hf import load_hf_dir, to_hf_state_dict
 from tinylm.pretrained import load_gguf, smollm2_gguf_path, tokenizer_from_gguf
 from tinylm.tokenizer import BPETokenizer
@@ -240,6 +240,15 @@ def test_hf_weights_that_are_not_what_they_claim(tmp_path, dtype, match):
     refused(lambda: load_hf_dir(hf_folder(tmp_path / "m", weights)), match)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_the_finiteness_check_misses_no_nan_or_inf(value):
+    t = torch.randn(1000, 64)
+    t[999, 63] = value
+    refused(lambda: check_finite(t, "f", "w"), "tensor w holds NaN or inf")
+    check_finite(torch.full((1000,), 3e38), "f", "w")                           # finite, though their sum is not
+    check_finite(torch.full((1000,), 6e4, dtype=torch.float16), "f", "w")
+
+
 def test_a_json_key_given_twice_is_refused(tmp_path, tok):
     folder = hf_folder(tmp_path / "m")
     (folder / "config.json").write_text('{"model_type": "qwen3", ' + json.dumps(HF_CONFIG)[1:])
@@ -253,7 +262,7 @@ def test_a_json_key_given_twice_is_refused(tmp_path, tok):
 
 
 def test_a_gguf_tokenizer_that_would_fail_later_is_refused_now(tmp_path, tok):
-    path = write_gguf(tmp_path / "m.gguf", model(), tok, meta={"vocab_size": 299})
+    path = write_gguf(tmp_path / "m.gguf", model(CFG.replace(vocab_size=299)), tok)   # 300 tokens, 299 rows
     refused(lambda: load_gguf(path, progress=False), "lists 300 tokens, but llama.vocab_size is 299")
     t = tokenizer_metadata(tok)
     meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm", "tokenizer.ggml.tokens": t["tokens"],
@@ -366,7 +375,7 @@ def test_cli_memory_check_counts_the_rope_tables(monkeypatch):
 def test_smollm2_is_refused_before_dequantizing_when_max_bytes_is_too_small():
     """SmolLM2-135M needs 538 MB of fp32 weights: under 500 MB it is refused from its header, in a second."""
     message = refused(lambda: load_gguf(smollm2_gguf_path(), progress=False, max_bytes=500 * 10**6),
-                      r"needs about [\d.]+ [MG]iB \(weights [\d.]+ [MG]iB, RoPE tables 8\.0 MiB\)", seconds=5, headroom=512 << 20)
+                      r"needs about 521\.1 MiB \(weights 513\.1 MiB, RoPE tables 8\.0 MiB\)", seconds=5, headroom=512 << 20)
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in message
 
 

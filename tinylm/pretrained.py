@@ -86,7 +86,7 @@ def config_from_gguf(gguf: GGUFFile, max_seq_len: int | None = None) -> Config:
         if v is None:
             raise ValueError(f"{gguf.path}: metadata key {arch}.{key} is missing")
         if type(v) is not int and (kind is int or type(v) is not float):       # bools and lists are not numbers
-            raise ValueError(f"{gguf.path}: {arch}.{key} must be a single {kind.__name__}, got {str(v)[:80]}")
+            raise ValueError(f"{gguf.path}: {arch}.{key} must be a single {kind.__name__}, got {repr(v)[:80]}")
         return v
 
     dim, n_heads = get("embedding_length"), get("attention.head_count")
@@ -106,16 +106,17 @@ def config_from_gguf(gguf: GGUFFile, max_seq_len: int | None = None) -> Config:
         raise ValueError(f"{gguf.path}: tokenizer.ggml.tokens lists {len(tokens):,} tokens, but {arch}.vocab_size "
                          f"is {vocab:,}: ids {vocab:,} and above would have no embedding; the vocabulary must "
                          "hold every token")
+    sizes = dict(
+        vocab_size=vocab, dim=dim, n_layers=get("block_count"), n_heads=n_heads,
+        n_kv_heads=get("attention.head_count_kv", n_heads), head_dim=head_dim,
+        ffn_dim=get("feed_forward_length"), max_seq_len=max_seq_len or get("context_length", 2048),
+        rope_base=float(get("rope.freq_base", 10000.0, float)),
+        # stored as float32 (9.99999975e-06): its shortest spelling (1e-05) is the same float32
+        norm_eps=float(str(np.float32(get("attention.layer_norm_rms_epsilon", kind=float)))),
+        qk_norm="blk.0.attn_q_norm.weight" in names, tie_embeddings="output.weight" not in names,
+    )
     try:
-        return Config(
-            vocab_size=vocab, dim=dim, n_layers=get("block_count"), n_heads=n_heads,
-            n_kv_heads=get("attention.head_count_kv", n_heads), head_dim=head_dim,
-            ffn_dim=get("feed_forward_length"), max_seq_len=max_seq_len or get("context_length", 2048),
-            rope_base=float(get("rope.freq_base", 10000.0, float)),
-            # stored as float32 (9.99999975e-06): its shortest spelling (1e-05) is the same float32
-            norm_eps=float(str(np.float32(get("attention.layer_norm_rms_epsilon", kind=float)))),
-            qk_norm="blk.0.attn_q_norm.weight" in names, tie_embeddings="output.weight" not in names,
-        )
+        return Config(**sizes)
     except ValueError as e:
         raise ValueError(f"{gguf.path}: the metadata describes no valid model: {e}") from None
 
@@ -303,6 +304,10 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> BPETokenizer:
         raise ValueError(f"{len(unreachable)} tokens are neither a byte, nor made by a merge, nor special, "
                          f"e.g. {unreachable[:3]}")
 
+    template = meta.get("tokenizer.chat_template")
+    if template is not None and not isinstance(template, str):
+        raise ValueError(f"tokenizer.chat_template must be a string (a jinja template), got {repr(template)[:80]}")
+
     def special(key: str) -> str | None:
         i = meta.get(key)
         if i is None:
@@ -315,4 +320,4 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> BPETokenizer:
     return BPETokenizer(pairs, tuple(specials), pre, byte_ids=byte_ids, merge_ids=merge_ids,
                         special_ids=list(specials.values()), bos=special("tokenizer.ggml.bos_token_id"),
                         eos=special("tokenizer.ggml.eos_token_id"),
-                        chat_template=KNOWN_CHAT_TEMPLATES.get(str(meta.get("tokenizer.chat_template"))))
+                        chat_template=KNOWN_CHAT_TEMPLATES.get(template))

@@ -797,13 +797,16 @@ def _cli_cases() -> None:
                                            "--eval-every", "5", "--sample-tokens", "10"))
     valid("cli", "a tiny run", f("--steps", "2", "--eval-every", "2"))
     valid("cli", "a tiny run with a sample", f("--steps", "2", "--eval-every", "2", "--sample-tokens", "5"))
-    valid("cli", "--max-seq-len 16 --chat with a sample", lambda c: CLI(
+    bad("cli", "--max-seq-len 16 --chat (rows of 16 tokens hold prompts only: nothing to learn)", lambda c: CLI(
         [*flags(c), "--chat", "--data", shared_files(c)["chat"], "--max-seq-len", "16", "--steps", "2",
          "--eval-every", "2", "--eval-batches", "50", "--sample-tokens", "60"]))
+    valid("cli", "--max-seq-len 48 --chat with a sample of 60 tokens", lambda c: CLI(
+        [*flags(c), "--chat", "--data", shared_files(c)["chat"], "--max-seq-len", "48", "--seq-len", "48",
+         "--steps", "2", "--eval-every", "2", "--eval-batches", "50", "--sample-tokens", "60"]))
     valid("cli", "--stop-after then --resume", lambda c: _stop_then_resume(c))
     valid("cli", "--chat --init", lambda c: CLI(["--chat", "--init", copy_ckpt(c), "--data", shared_files(c)["chat"],
-                                                 *QUIET, "--steps", "2", "--eval-every", "2", "--eval-batches", "50",
-                                                 "--out", c.tmp / "chat"]))
+                                                 *QUIET, "--seq-len", "48", "--steps", "2", "--eval-every", "2",
+                                                 "--eval-batches", "50", "--out", c.tmp / "chat"]))
     valid("cli", "--resume continues", lambda c: (lambda p: CLI(["--resume", p, "--out", p, *QUIET[-5:]],
                                                                 after=lambda code, err: _step_is(p, 4)))(copy_ckpt(c)))
 
@@ -867,13 +870,19 @@ def _files(c: Ctx):
     return _loader_files(c.shared)
 
 
-def _patched_gguf(c: Ctx, change) -> Path:
-    """The tiny GGUF with its bytes changed by change(bytearray, header): fuzz_loaders.walk finds every field."""
+def _patched_gguf(c: Ctx, change, data_change=None) -> Path:
+    """The tiny GGUF with its header changed by change(header bytearray, its fields: fuzz_loaders.walk), then
+    padded again, so that the tensors' data stays where their offsets say; data_change(data, header, fields)
+    edits that."""
     import fuzz_loaders
-    raw = bytearray(_files(c).gguf)
-    change(raw, fuzz_loaders.walk(bytes(raw)))
+    raw = _files(c).gguf
+    h = fuzz_loaders.walk(raw)
+    head, data = bytearray(raw[:h.end]), bytearray(raw[-(-h.end // 32) * 32:])
+    change(head, h)
+    if data_change is not None:
+        data_change(data, head, h)
     path = c.tmp / "m.gguf"
-    path.write_bytes(bytes(raw))
+    path.write_bytes(bytes(head) + b"\0" * (-len(head) % 32) + bytes(data))
     return path
 
 
@@ -891,8 +900,9 @@ def _offset_of(raw, h, name: str) -> int:
     return fuzz_loaders._tensor_offset(bytes(raw), h, name)
 
 
-def _data_start(h) -> int:
-    return -(-h.end // 32) * 32
+def _weight(value: float):
+    """A data change: the first weight of output_norm.weight (F32) set to value."""
+    return lambda data, head, h: struct.pack_into("<f", data, _offset_of(head, h, "output_norm.weight"), value)
 
 
 def _set_value(key: str, vtype: int, value):
@@ -948,21 +958,32 @@ def _nested(raw, h):
 
 
 def _wide_gguf(c: Ctx, head_dim: int, context: int) -> Path:
-    """A GGUF of a few hundred KB whose shapes match its metadata, with a wide head and a long context."""
-    import torch
-    from gguf_files import write_gguf
-    from tinylm import Config, TinyLM
-    cfg = Config(vocab_size=300, dim=16, n_layers=1, n_heads=1, n_kv_heads=1, head_dim=head_dim, ffn_dim=16,
-                 max_seq_len=8)
-    torch.manual_seed(0)
-    return write_gguf(c.tmp / "wide.gguf", TinyLM(cfg), tok(c), meta={"context_length": context})
+    """A GGUF of a few hundred KB whose shapes match its metadata, with a wide head and a long context (written
+    from tensors: a Config of such a head_dim may be refused before any file is read)."""
+    import types
 
-
-def _gguf_meta(c: Ctx, **meta) -> Path:
     import torch
     from gguf_files import write_gguf
     torch.manual_seed(0)
-    return write_gguf(c.tmp / "meta.gguf", model(n_layers=2), tok(c), meta=meta)
+    D, C = head_dim, 16
+    shapes = {"embed_tokens.weight": (300, C), "layers.0.input_layernorm.weight": (C,),
+              "layers.0.self_attn.q_proj.weight": (D, C), "layers.0.self_attn.k_proj.weight": (D, C),
+              "layers.0.self_attn.v_proj.weight": (D, C), "layers.0.self_attn.o_proj.weight": (C, D),
+              "layers.0.post_attention_layernorm.weight": (C,), "layers.0.mlp.gate_proj.weight": (C, C),
+              "layers.0.mlp.up_proj.weight": (C, C), "layers.0.mlp.down_proj.weight": (C, C), "norm.weight": (C,)}
+    state = {name: torch.randn(shape) * 0.1 for name, shape in shapes.items()}
+    cfg = types.SimpleNamespace(n_layers=1, max_seq_len=8, dim=C, ffn_dim=C, n_heads=1, n_kv_heads=1, head_dim=D,
+                                rope_base=10000.0, norm_eps=1e-5, vocab_size=300, tie_embeddings=True)
+    fake = types.SimpleNamespace(cfg=cfg, state_dict=lambda: state)
+    return write_gguf(c.tmp / "wide.gguf", fake, tok(c), meta={"context_length": context})
+
+
+def _gguf_meta(c: Ctx, vocab_size: int = 300, **meta) -> Path:
+    """A GGUF of a 2-layer model of vocab_size ids, with the 300 tokens of tok(c) and `meta` overriding metadata."""
+    import torch
+    from gguf_files import write_gguf
+    torch.manual_seed(0)
+    return write_gguf(c.tmp / "meta.gguf", model(n_layers=2, vocab_size=vocab_size), tok(c), meta=meta)
 
 
 def _gguf_cases() -> None:
@@ -976,15 +997,14 @@ def _gguf_cases() -> None:
         lambda c: _gguf_load(_wide_gguf(c, 4096, 2**17)))
     bad("gguf", "key_length 1024 and context 2**17 (2 GiB of RoPE tables)",
         lambda c: _gguf_load(_wide_gguf(c, 1024, 2**17)))
-    bad("gguf", "vocab_size smaller than the token list", lambda c: _gguf_load(_gguf_meta(c, vocab_size=299)))
-    bad("gguf", "a NaN weight", patched(lambda raw, h: struct.pack_into(
-        "<f", raw, _data_start(h) + _offset_of(raw, h, "output_norm.weight"), float("nan"))))
-    bad("gguf", "an inf weight", patched(lambda raw, h: struct.pack_into(
-        "<f", raw, _data_start(h) + _offset_of(raw, h, "output_norm.weight"), float("inf"))))
+    bad("gguf", "vocab_size smaller than the token list (embedding of 299 rows, 300 tokens)",
+        lambda c: _gguf_load(_gguf_meta(c, vocab_size=299)))
+    bad("gguf", "a NaN weight", lambda c: _gguf_load(_patched_gguf(c, lambda raw, h: None, _weight(float("nan")))))
+    bad("gguf", "an inf weight", lambda c: _gguf_load(_patched_gguf(c, lambda raw, h: None, _weight(float("inf")))))
     bad("gguf", "two tensors' data overlap", patched(lambda raw, h: struct.pack_into(
         "<Q", raw, _field_at(h, "output_norm.weight offset"), _offset_of(raw, h, "token_embd.weight"))))
     bad("gguf", "a tensor's data unaligned", patched(lambda raw, h: struct.pack_into(
-        "<Q", raw, _field_at(h, "output_norm.weight offset"), _offset_of(raw, h, "output_norm.weight") + 4)))
+        "<Q", raw, _field_at(h, "blk.0.attn_norm.weight offset"), _offset_of(raw, h, "blk.0.attn_norm.weight") + 4)))
     bad("gguf", "an int32 tensor (I32)", patched(lambda raw, h: struct.pack_into(
         "<I", raw, _field_at(h, "output_norm.weight ggml type"), 26)))
     bad("gguf", "a metadata key given twice", patched(_repeat_record("key")))
@@ -1059,7 +1079,8 @@ def _hf_outside(c: Ctx, name: str) -> Path:
     (c.tmp / "elsewhere").mkdir()
     shutil.copy(path / second, c.tmp / "elsewhere" / "x.safetensors")
     _edit_json(path / "model.safetensors.index.json", lambda d: d["weight_map"].update(
-        {k: name.replace("TMP", str(c.tmp)) for k, v in d["weight_map"].items() if v == second}))
+        {k: name.replace("TMP", str(c.tmp)) if isinstance(name, str) else name
+         for k, v in d["weight_map"].items() if v == second}))
     return path
 
 
