@@ -1,0 +1,46 @@
+"""torch's quantized CPU matmul kernels, and the shapes each one is known to get right (checked before a call).
+
+These kernels are private ATen ops: they check little, and some fail silently. Each case below was run in a
+subprocess of its own (a segfault kills only that one), torch 2.13 on x86-64, with ATen's AVX-512 kernels and
+again with its AVX2 ones (ATEN_CPU_CAPABILITY=avx2); `tools/probe_kernels.py` reruns the experiment:
+
+    kernel (ATen op)                          correct for                          outside that
+    _weight_int8pack_mm(x, q, scale)          in_features a multiple of 16         M >= 2 rows: segfault;
+      int8 weights (N, K), per-row scales     (the AVX2 kernels need only 8)       M = 1: wrong numbers, silently,
+                                                                                   for most other widths
+    _convert_weight_to_int4pack_for_cpu,      out_features a multiple of 16,       a clear RuntimeError
+    _weight_int4pack_mm_for_cpu               in_features of the group size,
+      4-bit codes (N, K), groups along K      group 32, 64, 128 or 256
+    _int_mm(a, b): int8 (M, K) x (K, N)       every shape tried (M 1-33, K, N 8-576, odd sizes too): exact
+    quantized::linear_dynamic (fbgemm)        every shape tried: exact int32 sums of 7-bit activations
+
+tinylm calls a kernel only inside its rule (`int8pack_fits`, `int4pack_fits`) and otherwise takes the layer's
+readable fallback, which gives the same numbers up to rounding. The rule is fixed (16, not "8 on AVX2"), so a
+model takes the same path on every machine.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# which kernels this torch has (2.4+: int8pack; 2.5+: the CPU int4 pair; fbgemm: x86-64 builds)
+HAVE_INT8PACK = hasattr(torch.ops.aten, "_weight_int8pack_mm")
+HAVE_INT4PACK = hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
+HAVE_INT_MM = hasattr(torch, "_int_mm")
+HAVE_FBGEMM = "fbgemm" in torch.backends.quantized.supported_engines
+
+INT8PACK_MULTIPLE = 16                 # in_features must be a multiple of this (AVX-512 kernels; AVX2: 8)
+INT4PACK_MULTIPLE = 16                 # out_features must be a multiple of this
+INT4PACK_GROUPS = (32, 64, 128, 256)   # the group sizes the int4 kernel accepts
+
+
+def int8pack_fits(in_features: int) -> bool:
+    """True where `_weight_int8pack_mm` is exact: this torch has it and in_features is a multiple of 16."""
+    return HAVE_INT8PACK and in_features % INT8PACK_MULTIPLE == 0
+
+
+def int4pack_fits(out_features: int, in_features: int, group: int = 32) -> bool:
+    """True where the int4 CPU kernel runs: this torch has it, out_features is a multiple of 16, in_features a
+    multiple of the group, and the group one of 32, 64, 128, 256."""
+    return (HAVE_INT4PACK and out_features % INT4PACK_MULTIPLE == 0 and group in INT4PACK_GROUPS
+            and in_features % group == 0)
