@@ -37,7 +37,8 @@ CONFIGS = {"grouped": tiny(max_seq_len=48),
 def test_equals_plain_greedy(cfg_name, prompt, k):
     cfg = CONFIGS[cfg_name]
     model = random_model(cfg, seed=3)
-    ids = PROMPTS[prompt] or torch.randint(0, cfg.vocab_size, (10,), generator=torch.Generator().manual_seed(4)).tolist()
+    g = torch.Generator().manual_seed(4)
+    ids = PROMPTS[prompt] or torch.randint(0, cfg.vocab_size, (10,), generator=g).tolist()
     idx = torch.tensor([ids])
     want = generate(model, idx, 16, temperature=0.0)
     got, stats = speculative_generate(model, idx, 16, k=k)

@@ -6,15 +6,19 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from helpers import random_model, tiny
 from tinylm.generate import generate
-from tinylm.kernels import HAVE_FBGEMM
+from tinylm.kernels import HAVE_FBGEMM, int_mm_exact
 from tinylm.quantize import compare, quantize, quantize_int8, weight_format
-from tinylm.w8a8 import W8A8Linear, quantize_activations, reference
+from tinylm.w8a8 import W8A8Linear, integer_sums, quantize_activations, reference
 
 # the same integers on both sides, so only the fp32 scaling and the reference's fp32 sums differ
 RTOL = 1e-5
@@ -81,3 +85,40 @@ def test_copies_keep_working():
     lin = layer()
     x = activations()[:1]
     torch.testing.assert_close(copy.deepcopy(lin)(x), lin(x), rtol=0, atol=0)
+
+
+def test_integer_sums_are_exact_at_the_worst_case():
+    for a_val, q_val in ((127, 127), (-127, 127), (63, 127)):       # 63 x 127 already saturates oneDNN's AVX2 kernel
+        a = torch.full((3, 1536), a_val, dtype=torch.int8)          # 1536: more than one fp32-exact chunk
+        q = torch.full((5, 1536), q_val, dtype=torch.int8)
+        assert torch.equal(integer_sums(a, q).long(), a.long() @ q.long().T)
+    torch.manual_seed(0)
+    a, q = torch.randint(-127, 128, (4, 1100), dtype=torch.int8), torch.randint(-127, 128, (6, 1100), dtype=torch.int8)
+    assert torch.equal(integer_sums(a, q).long(), a.long() @ q.long().T)
+
+
+ROUTE = """
+import torch
+from tinylm.kernels import int_mm_exact
+from tinylm.quantize import quantize_int8
+from tinylm.w8a8 import W8A8Linear, reference
+torch.manual_seed(0)
+lin = W8A8Linear(*quantize_int8(torch.randn(48, 576) * 0.1))
+x = torch.randn(9, 576) * 3
+x[0] = x[0].abs()                                 # large all-positive activations: where saturation shows
+want = reference(x, lin.weight, lin.scale)
+err = float((lin(x) - want).abs().max() / want.abs().max())
+print(int_mm_exact(), err)
+"""
+
+
+def test_the_int_mm_route_unpinned_equals_the_reference():
+    """The tests pin oneDNN to AVX2 (tools/numerics.py), where _int_mm saturates, so the tests above take the fp32
+    route. Here, unpinned, a machine with VNNI takes _int_mm (this one: avx512_vnni): the same numbers."""
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    run = subprocess.run([sys.executable, "-c", ROUTE], cwd=Path(__file__).resolve().parents[1], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    exact, err = run.stdout.split()
+    assert float(err) < RTOL, (exact, err)
+    assert not int_mm_exact() or os.environ.get("ONEDNN_MAX_CPU_ISA") != "AVX2"     # pinned here: fp32 route

@@ -11,15 +11,22 @@ again with its AVX2 ones (ATEN_CPU_CAPABILITY=avx2); `tools/probe_kernels.py` re
     _convert_weight_to_int4pack_for_cpu,      out_features a multiple of 16,       a clear RuntimeError
     _weight_int4pack_mm_for_cpu               in_features of the group size,
       4-bit codes (N, K), groups along K      group 32, 64, 128 or 256
-    _int_mm(a, b): int8 (M, K) x (K, N)       every shape tried (M 1-33, K, N 8-576, odd sizes too): exact
+    _int_mm(a, b): int8 (M, K) x (K, N)       every shape tried (M 1-33, K, N 8-576, odd sizes too), but  -
+      (oneDNN's kernel)                       exact only with VNNI: oneDNN's AVX2 kernel adds 128 to a and
+                                              sums pairs of u8 x s8 products in int16 (vpmaddubsw), which
+                                              saturates: a = 63 against b = 127 already comes out wrong
     quantized::linear_dynamic (fbgemm)        every shape tried: exact int32 sums of 7-bit activations
 
 tinylm calls a kernel only inside its rule (`int8pack_fits`, `int4pack_fits`) and otherwise takes the layer's
 readable fallback, which gives the same numbers up to rounding. The rule is fixed (16, not "8 on AVX2"), so a
-model takes the same path on every machine.
+model takes the same path on every machine. `_int_mm` is used only where `int_mm_exact()`, a worst case run once
+in this process, says its sums are exact on this machine (ONEDNN_MAX_CPU_ISA=AVX2, which the tests set, makes
+it saturate on any machine).
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 import torch
 
@@ -44,3 +51,14 @@ def int4pack_fits(out_features: int, in_features: int, group: int = 32) -> bool:
     multiple of the group, and the group one of 32, 64, 128, 256."""
     return (HAVE_INT4PACK and out_features % INT4PACK_MULTIPLE == 0 and group in INT4PACK_GROUPS
             and in_features % group == 0)
+
+
+@cache
+def int_mm_exact() -> bool:
+    """True if `torch._int_mm` sums exactly here: the worst case of a saturating int16 pair sum, 127 * 127 over
+    64 terms, for one row and for several (decided once per process)."""
+    if not HAVE_INT_MM:
+        return False
+    b = torch.full((64, 16), 127, dtype=torch.int8)
+    return all(bool((torch._int_mm(torch.full((m, 64), 127, dtype=torch.int8), b) == 127 * 127 * 64).all())
+               for m in (1, 2, 17))

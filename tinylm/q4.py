@@ -12,9 +12,9 @@ torch's `_weight_int4pack_mm_for_cpu` multiplies by w = (q - 8) * scale + zero, 
     Q4_0: scale = d, zero = 0          Q4_1: scale = d, zero = m + 8 d
 
 The codes are exact. scale and zero are rounded to bf16 (the kernel takes them in the activations' dtype, and
-its fast path is bf16): a relative error of at most 2^-9 each, so |w_kernel - w_file| <= 2^-9 (|q - 8| |d| +
-|m + 8 d|) before the kernel's fp32 sums. The activations are rounded to bf16 on the way in and the outputs on
-the way out, as in `tinylm.quantize.Int8Linear`. Where the kernel does not fit (`tinylm.kernels`: out_features
+its fast path is bf16; bf16 keeps 8 significant bits): a relative error of at most 2^-8 each, so
+|w_kernel - w_file| <= 2^-8 (|q - 8| |d| + |m + 8 d|) before the kernel's fp32 sums. The activations are
+rounded to bf16 on the way in and the outputs on the way out, as in `tinylm.quantize.Int8Linear`. Where the kernel does not fit (`tinylm.kernels`: out_features
 a multiple of 16), the layer takes the readable fallback: the same weights, dequantized, and `F.linear`.
 """
 

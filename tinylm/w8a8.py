@@ -15,7 +15,9 @@ Which route does the integer sums, chosen by measurement (1 thread, torch 2.13, 
 README): one token (decoding) goes to fbgemm, which quantizes and multiplies in one call (~45 us for
 1536 x 576, against ~80 us for Int8Linear's `_weight_int8pack_mm` and ~110 us for `torch._int_mm` alone);
 several tokens go to `torch._int_mm` after the per-token quantization above (fbgemm would quantize all the
-rows with one scale). Both compute the same integers, so both equal `reference` up to fp32 rounding.
+rows with one scale), where its sums are exact: oneDNN's AVX2 kernel behind it saturates (`tinylm.kernels`), and
+there the sums are fp32 matmuls of the integers, exact by construction (`integer_sums`). Every route computes the
+same integers, so each equals `reference` up to fp32 rounding, and the output does not depend on the route.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import warnings
 import torch
 import torch.nn as nn
 
-from .kernels import HAVE_FBGEMM, HAVE_INT_MM
+from .kernels import HAVE_FBGEMM, int_mm_exact
 
 A_MAX = 127                 # activations use 0..127 (7 bits: fbgemm's reduce_range)
+FP32_EXACT_K = 1024         # 127 * 127 * 1024 < 2^24: fp32 sums of up to 1024 such products are exact integers
 SMALL_SCALE = 6.1e-5        # fbgemm raises smaller activation scales to this (the smallest normal fp16)
 
 
@@ -52,6 +55,18 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     return (a - z).to(torch.int8), s, z
 
 
+def integer_sums(a: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """a (M, K) int8, q (N, K) int8 -> sum_k a[m, k] q[n, k] (M, N), exact, as fp32: by `torch._int_mm` where its
+    sums are exact on this machine (`tinylm.kernels.int_mm_exact`), else by fp32 matmuls of the integer values
+    over chunks of FP32_EXACT_K columns, where every partial sum stays below 2^24 and so is exact."""
+    if int_mm_exact():
+        return torch._int_mm(a, q.T).float()                                    # (M, N)
+    out = torch.zeros(a.shape[0], q.shape[0], dtype=torch.int32)
+    for k in range(0, a.shape[1], FP32_EXACT_K):
+        out += (a[:, k : k + FP32_EXACT_K].float() @ q[:, k : k + FP32_EXACT_K].float().T).int()
+    return out.float()
+
+
 def reference(x: torch.Tensor, q: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
     """The readable W8A8 product: dequantize both sides, multiply in fp32. x (M, K), q (N, K), s_w (N,) -> (M, N)."""
     a, s_x, _ = quantize_activations(x)
@@ -62,7 +77,7 @@ class W8A8Linear(nn.Module):
     """A bias-free linear layer with int8 weights q (N, K), fp32 per-channel scales (N,) (from
     `tinylm.quantize.quantize_int8`), and int8 activations.
 
-    x (..., K) -> (..., N) in x's dtype. One row: fbgemm (where torch has it); several: `torch._int_mm`.
+    x (..., K) -> (..., N) in x's dtype. One row: fbgemm (where torch has it); several: `integer_sums`.
     """
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor):
@@ -77,16 +92,14 @@ class W8A8Linear(nn.Module):
         x2 = x.reshape(-1, shape[-1]).float().contiguous()                             # (M, K)
         if x2.shape[0] == 1 and self._packed is not None:
             y = torch.ops.quantized.linear_dynamic(x2, self._packed, True)            # (1, N)
-        elif HAVE_INT_MM:
-            a, s_x, _ = quantize_activations(x2)
-            y = torch._int_mm(a, self.weight.T) * (s_x * self.scale)                  # (M, N) int32 -> fp32
         else:
-            y = reference(x2, self.weight, self.scale)
+            a, s_x, _ = quantize_activations(x2)
+            y = integer_sums(a, self.weight) * (s_x * self.scale)                    # (M, N)
         return y.to(dtype).reshape(*shape[:-1], self.out_features)                   # (..., N)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, w8a8, "
-                f"one row by {'fbgemm' if self._packed is not None else 'torch._int_mm'}")
+                f"one row by {'fbgemm' if self._packed is not None else 'integer_sums'}")
 
 
 def _fbgemm_pack(q: torch.Tensor, scale: torch.Tensor):
@@ -96,7 +109,8 @@ def _fbgemm_pack(q: torch.Tensor, scale: torch.Tensor):
         warnings.simplefilter("ignore")
         try:
             torch.backends.quantized.engine = "fbgemm"
-            qw = torch._make_per_channel_quantized_tensor(q, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0)
+            zeros = torch.zeros_like(scale, dtype=torch.long)
+            qw = torch._make_per_channel_quantized_tensor(q, scale.double(), zeros, 0)
             return torch.ops.quantized.linear_prepack(qw, None)
         finally:
             torch.backends.quantized.engine = engine

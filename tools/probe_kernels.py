@@ -2,9 +2,10 @@
 
     .venv/bin/python tools/probe_kernels.py                          # this machine's kernels
     ATEN_CPU_CAPABILITY=avx2 .venv/bin/python tools/probe_kernels.py # ATen's AVX2 kernels on the same machine
+    ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python tools/probe_kernels.py  # oneDNN's (behind _int_mm) too
 
 Each case multiplies random int8 / int4 weights by random activations and compares with the same product in
-fp32 (OK: within 2% of the largest output; WRONG: finite but off; ERROR: torch refused, with its message;
+fp32 or int32 (OK: within 2% of the largest output; WRONG: finite but off; ERROR: torch refused, with its message;
 CRASH: the process died, e.g. by segfault). A child runs the cases one after another and reports each before
 starting the next; when it dies, a new child goes on after the case that killed it. The rules in
 `tinylm/kernels.py` come from this table.
@@ -32,7 +33,10 @@ def one(kind, M, N, K):
         p = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
         scale, zero = (t.float().repeat_interleave(32, 0).T for t in sz.unbind(-1))
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, p, 32, sz), x.float() @ ((q - 8) * scale + zero).T
-    a, b = torch.randint(-127, 128, (M, K), dtype=torch.int8), torch.randint(-127, 128, (K, N), dtype=torch.int8)
+    if kind == "int_mm":
+        a, b = torch.randint(-127, 128, (M, K), dtype=torch.int8), torch.randint(-127, 128, (K, N), dtype=torch.int8)
+    else:                                   # int_mm_max: 127 x 127 everywhere, the worst case of an int16 pair sum
+        a, b = torch.full((M, K), 127, dtype=torch.int8), torch.full((K, N), 127, dtype=torch.int8)
     return torch._int_mm(a, b), a.int() @ b.int()
 
 for line in sys.stdin:
@@ -51,7 +55,8 @@ def cases() -> list[str]:
     out = [f"int8pack {M} 40 {K}" for M in (1, 2, 5, 17) for K in (*range(1, 41), 48, 64, 80, 576)]
     out += [f"int4pack {M} {N} 64" for M in (1, 3) for N in (8, 15, 16, 24, 32, 48, 64, 192)]
     out += [f"int4pack 1 64 {K}" for K in (48, 96, 160)]
-    out += [f"int_mm {M} {N} {K}" for M in (1, 2, 17) for N in (8, 12, 576) for K in (8, 12, 576)]
+    out += [f"{kind} {M} {N} {K}" for kind in ("int_mm", "int_mm_max") for M in (1, 2, 17) for N in (8, 12, 576)
+            for K in (8, 12, 576)]
     return out
 
 
@@ -74,7 +79,7 @@ def main() -> None:
     import torch
 
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}")
-    table: dict[tuple[str, str, str], dict[str, list[int]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    table: dict = collections.defaultdict(lambda: collections.defaultdict(list))   # (kind, M, axis) -> verdict -> sizes
     for case, verdict in run(cases()).items():
         kind, M, N, K = case.split()
         varying = "N" if kind == "int4pack" and K == "64" else "K"
