@@ -18,7 +18,7 @@ from helpers import random_model, tiny
 from tinylm.generate import generate
 from tinylm.kernels import HAVE_FBGEMM, int_mm_exact
 from tinylm.quantize import compare, quantize, quantize_int8, weight_format
-from tinylm.w8a8 import W8A8Linear, integer_sums, quantize_activations, reference
+from tinylm.w8a8 import W8A8Linear, fbgemm_exact, integer_sums, quantize_activations, reference
 
 # the same integers on both sides, so only the fp32 scaling and the reference's fp32 sums differ
 RTOL = 1e-5
@@ -42,14 +42,14 @@ def layer() -> W8A8Linear:
     return W8A8Linear(*quantize_int8(torch.randn(48, 64) * 0.1))
 
 
-def test_activation_rule_is_7_bit_and_within_half_a_step():
+def test_activation_rule_is_8_bit_and_within_half_a_step():
     x = activations()
     a, s, z = quantize_activations(x)
-    assert a.dtype == torch.int8 and s.shape == (7, 1) and z.shape == (7, 1)
-    assert bool(((a.int() + z.int()) >= 0).all() and ((a.int() + z.int()) <= 127).all())
-    err = (a.float() * s - x).abs()
+    assert a.dtype == torch.uint8 and s.shape == (7, 1) and z.shape == (7, 1)
+    assert int(a.max()) == 255 and torch.equal(z, z.round()) and bool(((z >= 0) & (z <= 255)).all())
+    err = ((a.float() - z) * s - x).abs()
     assert bool((err <= s / 2 * (1 + 1e-5) + 1e-12).all())
-    assert torch.equal(a[4], torch.zeros(64, dtype=torch.int8))             # zero rows stay zero
+    assert torch.equal(a[4].float(), z[4].expand(64))                      # zero rows stay zero
 
 
 def test_several_rows_equal_the_reference():
@@ -57,12 +57,11 @@ def test_several_rows_equal_the_reference():
     torch.testing.assert_close(lin(x), reference(x, lin.weight, lin.scale), rtol=RTOL, atol=1e-6)
 
 
-@pytest.mark.skipif(not HAVE_FBGEMM, reason="this torch build has no fbgemm (x86-64 builds have it)")
-def test_one_row_by_fbgemm_equals_the_reference_row_by_row():
+def test_one_row_equals_the_reference_row_by_row():
     lin, x = layer(), activations()
-    assert lin._packed is not None
+    assert (lin._packed is not None) == fbgemm_exact() and fbgemm_exact() <= HAVE_FBGEMM
     want = reference(x, lin.weight, lin.scale)
-    for t in range(x.shape[0]):          # fbgemm quantizes the row itself: the same integers as the rule here
+    for t in range(x.shape[0]):   # fbgemm (where exact) quantizes the row itself: the same integers as here
         torch.testing.assert_close(lin(x[t : t + 1]), want[t : t + 1], rtol=RTOL, atol=1e-6)
 
 
@@ -74,7 +73,7 @@ def test_model_format_close_to_fp32_and_generates():
     idx = torch.randint(0, 96, (2, 20), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         want, got = ref(idx)[0], q(idx)[0]
-    # 8-bit weights (half a step of 1/127 of a row's largest) and 7-bit activations (of 1/127 of a token's range)
+    # 8-bit weights (half a step of 1/127 of a row's largest) and 8-bit activations (of 1/255 of a token's range)
     assert 0 < float((got - want).abs().max() / want.abs().max()) < 0.05
     p = idx[:1, :6]
     assert torch.equal(generate(q, p, 10, temperature=0.0), generate(q, p, 10, temperature=0.0, use_cache=False))
@@ -88,13 +87,15 @@ def test_copies_keep_working():
 
 
 def test_integer_sums_are_exact_at_the_worst_case():
-    for a_val, q_val in ((127, 127), (-127, 127), (63, 127)):       # 63 x 127 already saturates oneDNN's AVX2 kernel
-        a = torch.full((3, 1536), a_val, dtype=torch.int8)          # 1536: more than one fp32-exact chunk
+    for a_val, z_val, q_val in ((255, 0, 127), (0, 255, 127), (255, 0, -127), (100, 37, 127)):
+        a = torch.full((3, 1536), a_val, dtype=torch.uint8)          # 1536: several fp32-exact chunks
+        z = torch.full((3, 1), float(z_val))
         q = torch.full((5, 1536), q_val, dtype=torch.int8)
-        assert torch.equal(integer_sums(a, q).long(), a.long() @ q.long().T)
+        assert torch.equal(integer_sums(a, z, q).long(), (a.long() - z_val) @ q.long().T)
     torch.manual_seed(0)
-    a, q = torch.randint(-127, 128, (4, 1100), dtype=torch.int8), torch.randint(-127, 128, (6, 1100), dtype=torch.int8)
-    assert torch.equal(integer_sums(a, q).long(), a.long() @ q.long().T)
+    a, q = torch.randint(0, 256, (4, 1100), dtype=torch.uint8), torch.randint(-127, 128, (6, 1100), dtype=torch.int8)
+    z = torch.randint(0, 256, (4, 1)).float()
+    assert torch.equal(integer_sums(a, z, q).long(), (a.long() - z.long()) @ q.long().T)
 
 
 ROUTE = """

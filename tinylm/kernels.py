@@ -15,7 +15,9 @@ again with its AVX2 ones (ATEN_CPU_CAPABILITY=avx2); `tools/probe_kernels.py` re
       (oneDNN's kernel)                       exact only with VNNI: oneDNN's AVX2 kernel adds 128 to a and
                                               sums pairs of u8 x s8 products in int16 (vpmaddubsw), which
                                               saturates: a = 63 against b = 127 already comes out wrong
-    quantized::linear_dynamic (fbgemm)        every shape tried: exact int32 sums of 7-bit activations
+    quantized::linear_dynamic (fbgemm)        every shape tried; 8-bit activations are exact only with VNNI
+                                              (AVX2: the same int16 pair sums), 7-bit ones (reduce_range)
+                                              everywhere
 
 tinylm calls a kernel only inside its rule (`int8pack_fits`, `int4pack_fits`) and otherwise takes the layer's
 readable fallback, which gives the same numbers up to rounding. The rule is fixed (16, not "8 on AVX2"), so a
@@ -55,10 +57,10 @@ def int4pack_fits(out_features: int, in_features: int, group: int = 32) -> bool:
 
 @cache
 def int_mm_exact() -> bool:
-    """True if `torch._int_mm` sums exactly here: the worst case of a saturating int16 pair sum, 127 * 127 over
-    64 terms, for one row and for several (decided once per process)."""
+    """True if `torch._int_mm` sums exactly here: the worst cases of a saturating int16 pair sum, 127 x 127 and
+    -128 x -127 over 64 terms, for one row and for several (decided once per process)."""
     if not HAVE_INT_MM:
         return False
-    b = torch.full((64, 16), 127, dtype=torch.int8)
-    return all(bool((torch._int_mm(torch.full((m, 64), 127, dtype=torch.int8), b) == 127 * 127 * 64).all())
-               for m in (1, 2, 17))
+    cases = [(127, 127), (-128, -127)]
+    return all(bool((torch._int_mm(torch.full((m, 64), x, dtype=torch.int8), torch.full((64, 16), w, dtype=torch.int8))
+                     == x * w * 64).all()) for m in (1, 2, 17) for x, w in cases)

@@ -9,8 +9,8 @@ Decoding one token reads every weight once, so fewer bytes per weight is more to
     int8    1 (+ scales)   the attention and SwiGLU linears, and the output head, hold int8 weights with one
                            fp32 scale per output channel (weight-only: `Int8Linear` multiplies bf16 activations;
                            norms, the embedding and the KV cache stay fp32)
-    w8a8    1 (+ scales)   the same int8 weights, and the activations quantized to int8 per token: integer
-                           products and sums (`tinylm.w8a8.W8A8Linear`)
+    w8a8    1 (+ scales)   the same int8 weights, and the activations quantized to 8 bits per token: integer
+                           products and sums, exact (`tinylm.w8a8.W8A8Linear`)
     q4      0.5625         4-bit codes in blocks of 32 with a scale and a zero each, llama.cpp's Q4_1
                            (`tinylm.q4.Q4Linear`, torch's int4 kernel); `tinylm.gguf_q4.load_gguf_q4` runs a
                            GGUF file's own Q4_0/Q4_1 blocks this way, with nothing requantized
