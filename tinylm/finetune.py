@@ -43,6 +43,8 @@ FINETUNE_DEFAULTS = {"steps": 600, "batch_size": 16, "seq_len": 96, "lr": 1e-3, 
 ADAPTER, SUMMARY, BASELINE = "adapter.safetensors", "summary.json", "baseline.json"
 N_EXAMPLES = 8   # test problems shown (and saved) with their replies
 
+COMMAND = ["python", "-m", "tinylm.finetune"]   # how the run was started, as a learner would type it
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tinylm.finetune", description=__doc__.splitlines()[0],
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"base model, test accuracy: {base.summary()} in {time.perf_counter() - t0:.1f} s")
         for row in _examples(base, None):
             print(f"  {row['question']!r} -> {row['reply']!r} ({'right' if row['right'] else 'wrong'})")
-        summary = {"command": sys.argv, "base": name, "format": args.format, "task": args.task,
+        summary = {"command": COMMAND + sys.argv[1:], "base": name, "format": args.format, "task": args.task,
                    "max_new_tokens": args.max_new_tokens, "test": _accuracy(base), "examples": _examples(base, None)}
         (args.out / BASELINE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
         return 0
@@ -206,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     for chat in forgot["chat"]:
         print(f"  chat {chat['question']!r}\n    base:    {chat['base']!r}\n    adapted: {chat['adapted']!r}")
     summary = {
-        "command": sys.argv, "base": name, "format": args.format, "task": args.task, "lora": asdict(lora),
+        "command": COMMAND + sys.argv[1:], "base": name, "format": args.format, "task": args.task, "lora": asdict(lora),
         "train": asdict(tc), "trainable_params": trainable, "total_params": total, "steps": history.step[-1],
         "train_seconds": wall, "tokens_per_s": tokens, "peak_memory_bytes": peak, "adapter_bytes": path.stat().st_size,
         "final_train_loss": history.loss[-1], "val_loss": dict(zip(history.val_step, history.val_loss)),
