@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     for chat in forgot["chat"]:
         print(f"  chat {chat['question']!r}\n    base:    {chat['base']!r}\n    adapted: {chat['adapted']!r}")
     summary = {
-        "command": COMMAND + sys.argv[1:], "base": name, "format": args.format, "task": args.task, "lora": asdict(lora),
+        "command": COMMAND + sys.argv[1:], "base": name, "format": args.format, "task": args.task,
+        "lora": asdict(lora),
         "train": asdict(tc), "trainable_params": trainable, "total_params": total, "steps": history.step[-1],
         "train_seconds": wall, "tokens_per_s": tokens, "peak_memory_bytes": peak, "adapter_bytes": path.stat().st_size,
         "final_train_loss": history.loss[-1], "val_loss": dict(zip(history.val_step, history.val_loss)),
