@@ -146,7 +146,7 @@ class DPOObjective(Objective):
     def step_loss(self, model: TinyLM, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         rows = torch.randint(len(self.pairs), (batch_size,), generator=generator).tolist()
         loss, stats = self._loss(model, rows)
-        self.log.append({"loss": float(loss), **stats})
+        self.log.append({"loss": float(loss.detach()), **stats})
         tokens = sum(2 * len(self.pairs[i].prompt) + len(self.pairs[i].chosen) + len(self.pairs[i].rejected)
                      for i in rows)
         return loss, tokens

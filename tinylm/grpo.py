@@ -44,7 +44,7 @@ def correctness(problem: Problem, reply: str) -> float:
 
 
 def group_advantages(rewards: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    """rewards (P, G), G answers to each of P prompts -> advantages (P, G): (r - group mean) / (group std + eps)."""
+    """rewards (P, G), G answers to each of P prompts -> advantages (P, G): (r - mean) / (std + eps) by group."""
     check_number("eps", eps, 0, low_open=True)
     if not isinstance(rewards, torch.Tensor) or rewards.dim() != 2 or rewards.shape[1] < 2 or rewards.shape[0] < 1:
         got = tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__
@@ -78,12 +78,13 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Te
     adv = advantages[:, None].to(logps.dtype)                                # (N, 1)
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)  # (N, T)
     per_token = surrogate
-    stats = {"clipped": float(((surrogate != ratio * adv).float() * mask).sum() / mask.sum().clamp(min=1))}
+    clipped = (surrogate != ratio * adv).detach().float()
+    stats = {"clipped": float((clipped * mask).sum() / mask.sum().clamp(min=1))}
     if ref_logps is not None:
         log_ratio = ref_logps - logps                                        # (N, T) log π_ref/π
         kl = torch.exp(log_ratio) - log_ratio - 1                            # (N, T) >= 0
         per_token = per_token - kl_coef * kl
-        stats["kl"] = float((kl * mask).sum() / mask.sum().clamp(min=1))
+        stats["kl"] = float((kl.detach() * mask).sum() / mask.sum().clamp(min=1))
     per_answer = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # (N,)
     n_total = logps.shape[0] if n_total is None else check_int("n_total", n_total, low=logps.shape[0])
     return -per_answer.sum() / n_total, stats
@@ -170,5 +171,5 @@ class GRPOObjective(Objective):
         old = batch["old"] if "old" in batch else logps.detach()
         loss, stats = grpo_loss(logps, old, batch["advantages"].flatten()[keep].to(logps.device), mask,
                                 batch.get("ref"), self.kl_coef, self.clip_eps, n_total=len(batch["answers"]))
-        self.log.append(entry | {"loss": float(loss)} | stats)
+        self.log.append(entry | {"loss": float(loss.detach())} | stats)
         return loss, sum(len(p) + len(a) for p, a in zip(prompts, answers))

@@ -21,8 +21,8 @@ from .loop import (
 from .settings import DATA_DIR, DEFAULT_CHAT, DEFAULT_TEXT, MINI_COMPANION, STORIES_TEXT, History, TrainConfig
 
 __all__ = [
-    "ChatRows", "Checkpoint", "Objective", "DATA_DIR", "DEFAULT_CHAT", "DEFAULT_TEXT", "History", "MINI_COMPANION", "STORIES_TEXT",
-    "TrainConfig",
+    "ChatRows", "Checkpoint", "DATA_DIR", "DEFAULT_CHAT", "DEFAULT_TEXT", "History", "MINI_COMPANION", "Objective",
+    "STORIES_TEXT", "TrainConfig",
     "TrainingDiverged", "bits_per_byte", "build_model", "build_parser", "evaluate", "get_batch", "load_checkpoint",
     "load_mini_companion", "load_weights", "lr_at", "main", "make_optimizer", "pad_conversations", "pick_device",
     "read_checkpoint_config", "save_checkpoint", "split_train_val", "train",

@@ -292,7 +292,8 @@ def _diverged(what: str, step: int, cfg: TrainConfig, bf16: bool, kept: str, sav
                             f"Try {', '.join(tips[:-1])} or {tips[-1]}", step, saved_step)
 
 
-def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows | Objective, val_tokens: torch.Tensor | ChatRows | None = None,
+def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows | Objective,
+          val_tokens: torch.Tensor | ChatRows | None = None,
           config: TrainConfig | None = None, *, train_labels: torch.Tensor | None = None,
           val_labels: torch.Tensor | None = None, resume: Checkpoint | None = None,
           out: str | Path | None = None, extra: dict | None = None, until: int | None = None,
@@ -331,7 +332,7 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows | Objective, val_
     shows progress, logs and writes checkpoints. The losses in History are those of the global batch.
     """
     cfg = config or TrainConfig()
-    if cfg.seq_len > model.cfg.max_seq_len:
+    if not isinstance(train_tokens, Objective) and cfg.seq_len > model.cfg.max_seq_len:   # an Objective cuts its own
         raise ValueError(f"seq_len ({cfg.seq_len}) exceeds the model's max_seq_len ({model.cfg.max_seq_len})")
     device = next(model.parameters()).device
     if bf16 and device.type not in ("cpu", "cuda"):
