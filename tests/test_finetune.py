@@ -10,7 +10,7 @@ import torch
 from helpers import corpus_text, random_model
 from tinylm import Config
 from tinylm.finetune import main
-from tinylm.lora import lora_config, lora_layers, load_adapter
+from tinylm.lora import LoRAConfig, add_lora, load_adapter, lora_config, lora_layers, remove_lora, save_adapter
 from tinylm.tokenizer import BPETokenizer
 from tinylm.train import History, TrainConfig, load_weights, make_optimizer, save_checkpoint
 
@@ -77,3 +77,60 @@ def test_bad_flags_are_usage_errors(model_dir, tmp_path, capsys, flags, message)
         main(["--model-dir", str(model_dir), "--out", str(tmp_path / "x"), *FAST, *flags])
     assert stop.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "x" / "adapter.safetensors").exists()
+
+
+RL_FAST = ["--n-train", "32", "--n-val", "4", "--n-test", "4", "--max-new-tokens", "5", "--no-progress",
+           "--eval-every", "2", "--kl-samples", "4", "--temperature", "1.5"]
+
+
+def test_dpo_starts_from_an_adapter_and_reports_before_and_after(model_dir, tmp_path, capsys):
+    start = add_lora(load_weights(model_dir), LoRAConfig(rank=2))            # an "SFT" adapter with B not zero
+    with torch.no_grad():
+        for layer in lora_layers(start).values():
+            layer.lora_B.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(0))
+    sft = save_adapter(start, tmp_path / "sft.safetensors")
+    out = tmp_path / "dpo"
+    assert main(["--model-dir", str(model_dir), "--out", str(out), "--method", "dpo", "--adapter", str(sft),
+                 "--prefer", "shorter", "--samples", "3", "--pair-prompts", "6", "--steps", "2", "--batch-size",
+                 "2", "--lr", "1e-2", "--rank", "2", *RL_FAST]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["method"] == "dpo" and summary["start_adapter"] == str(sft) and summary["steps"] == 2
+    pairs = summary["dpo"]["pairs"]
+    assert 0 < pairs["train_pairs"] <= 6 and pairs["train_prompts"] == 6
+    first, last = summary["dpo"]["evals"][0], summary["dpo"]["evals"][-1]
+    if pairs["val_pairs"]:
+        assert first["val_margin"] == 0 and first["val_loss"] == pytest.approx(0.6931, abs=1e-4)  # policy = ref
+        assert last["step"] == 2 and "val_accuracy" in last
+    assert summary["test_start"]["n"] == summary["test"]["n"] == 4 and summary["kl"]["n"] == 4
+    assert len(summary["dpo"]["log"]) == 2 and "margin" in summary["dpo"]["log"][0]
+    assert "test accuracy, start:" in printed and "KL to the reference" in printed
+    model = load_adapter(load_weights(model_dir), sft)
+    remove_lora(model, merge=True)
+    assert lora_config(load_adapter(model, out / "adapter.safetensors")).rank == 2   # fits the merged start
+
+
+def test_grpo_reports_the_reward_curve_and_the_time_split(model_dir, tmp_path, capsys):
+    out = tmp_path / "grpo"
+    assert main(["--model-dir", str(model_dir), "--out", str(out), "--method", "grpo", "--group-size", "3",
+                 "--steps", "2", "--batch-size", "2", "--kl-coef", "0.04", *RL_FAST]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    grpo, split = summary["grpo"], summary["time"]
+    assert [step for step, _ in grpo["reward_curve"]] == [1, 2] and grpo["group_size"] == 3
+    assert split["sampling_seconds"] > 0 and split["update_seconds"] > 0
+    assert split["sampling_seconds"] + split["update_seconds"] + split["eval_seconds"] == \
+        pytest.approx(split["train_seconds"])
+    assert "sampling" in capsys.readouterr().out and (out / "adapter.safetensors").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--adapter", "x.safetensors"], "--adapter is a start for --method dpo or grpo"),
+    (["--method", "grpo", "--group-size", "1"], "--group-size must be >= 2"),
+    (["--method", "dpo", "--samples", "1"], "--samples must be >= 2"),
+    (["--method", "dpo", "--beta", "0"], "--beta must be > 0"),
+    (["--method", "grpo", "--max-new-tokens", "120"], "pass a smaller --max-new-tokens"),
+])
+def test_bad_rl_flags_are_usage_errors(model_dir, tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as stop:
+        main(["--model-dir", str(model_dir), "--out", str(tmp_path / "x"), *FAST, *flags])
+    assert stop.value.code == 2 and message in capsys.readouterr().err

@@ -76,7 +76,7 @@ class TaskResult:
 
     @property
     def right(self) -> list[bool]:
-        return [a == p.target for a, p in zip(self.answers, self.problems)]
+        return [is_right(p, r) for p, r in zip(self.problems, self.replies)]
 
     @property
     def correct(self) -> int:
@@ -99,10 +99,13 @@ class TaskResult:
         return f"{self.correct}/{self.n} = {self.accuracy:.1%} (95% Wilson interval {low:.1%} to {high:.1%})"
 
 
-def greedy_replies(model: TinyLM, tokenizer: BPETokenizer, prompts: list[list[int]], max_new_tokens: int = 32,
-                   batch_size: int = 32) -> list[str]:
-    """The greedy reply to each prompt (ids ending where the reply starts), cut at the template's first stop
-    token. Prompts go in batches of similar lengths, left-padded (`tinylm.generate.left_pad`)."""
+def reply_ids(model: TinyLM, tokenizer: BPETokenizer, prompts: list[list[int]], max_new_tokens: int = 32,
+              batch_size: int = 32, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+              generator: torch.Generator | None = None) -> list[list[int]]:
+    """Each prompt's reply ids (prompts end where the reply starts), up to and including the template's first
+    stop token (none if the reply ran out of max_new_tokens first). temperature 0 is greedy; otherwise one
+    sample per prompt from `tinylm.generate` (temperature, top_k, top_p, a seeded generator: reproducible).
+    Prompts go in batches of similar lengths, left-padded (`tinylm.generate.left_pad`)."""
     check_int("max_new_tokens", max_new_tokens, low=1)
     check_int("batch_size", batch_size, low=1)
     template = tokenizer._template()
@@ -110,16 +113,35 @@ def greedy_replies(model: TinyLM, tokenizer: BPETokenizer, prompts: list[list[in
     eos = end_id(tokenizer)
     device = next(model.parameters()).device
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))    # little padding in each batch
-    replies: list[str] = [""] * len(prompts)
+    replies: list[list[int]] = [[] for _ in prompts]
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         idx, mask = left_pad([prompts[i] for i in rows], pad_id=eos, device=device)          # (B, T) each
-        out = generate(model, idx, max_new_tokens, temperature=0, eos_id=eos, attention_mask=mask)
+        out = generate(model, idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                       generator=generator, eos_id=eos, attention_mask=mask)
         for b, i in enumerate(rows):
             new = out[b, idx.shape[1]:].tolist()
-            cut = next((t for t, token in enumerate(new) if token in stop_ids), len(new))
-            replies[i] = tokenizer.decode(new[:cut]).strip()
+            cut = next((t + 1 for t, token in enumerate(new) if token in stop_ids), len(new))
+            replies[i] = new[:cut]
     return replies
+
+
+def reply_text(tokenizer: BPETokenizer, ids: list[int]) -> str:
+    """A reply's text: its ids without the stop token that ends it, decoded and stripped."""
+    stop_ids = {tokenizer.special_ids[s] for s in tokenizer._template().stop}
+    return tokenizer.decode(ids[:-1] if ids and ids[-1] in stop_ids else ids).strip()
+
+
+def greedy_replies(model: TinyLM, tokenizer: BPETokenizer, prompts: list[list[int]], max_new_tokens: int = 32,
+                   batch_size: int = 32) -> list[str]:
+    """The greedy reply to each prompt (ids ending where the reply starts), cut at the template's first stop
+    token (`reply_ids` with temperature 0, decoded)."""
+    return [reply_text(tokenizer, r) for r in reply_ids(model, tokenizer, prompts, max_new_tokens, batch_size)]
+
+
+def is_right(problem: Problem, reply: str) -> bool:
+    """The checker: the reply's last integer (`parse_answer`) is the problem's target."""
+    return parse_answer(reply) == problem.target
 
 
 def evaluate_task(model: TinyLM, tokenizer: BPETokenizer, problems: list[Problem], max_new_tokens: int = 32,

@@ -109,6 +109,19 @@ def pad_conversations(encoded: Sequence[tuple[list[int], list[int]]], seq_len: i
     return x, y
 
 
+class Objective:
+    """A training signal other than next-token cross-entropy, given to `train` in place of the token stream:
+    the loop stays the same (schedule, clipping, divergence checks, --minutes, on_eval), only the loss differs.
+
+    step_loss(model, batch_size, generator) draws its own batch with generator (the loop's seeded sampler) and
+    returns (loss, tokens): the scalar loss to minimise, with its graph, and the tokens it ran through the model.
+    Subclasses: `tinylm.dpo.DPOObjective` (preference pairs), `tinylm.grpo.GRPOObjective` (sampled groups).
+    """
+
+    def step_loss(self, model: TinyLM, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        raise NotImplementedError
+
+
 class ChatRows:
     """Conversations for chat fine-tuning, one whole conversation per batch row (not windows of a stream).
 
@@ -279,7 +292,8 @@ def _diverged(what: str, step: int, cfg: TrainConfig, bf16: bool, kept: str, sav
                             f"Try {', '.join(tips[:-1])} or {tips[-1]}", step, saved_step)
 
 
-def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torch.Tensor | ChatRows | None = None,
+def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows | Objective,
+          val_tokens: torch.Tensor | ChatRows | None = None,
           config: TrainConfig | None = None, *, train_labels: torch.Tensor | None = None,
           val_labels: torch.Tensor | None = None, resume: Checkpoint | None = None,
           out: str | Path | None = None, extra: dict | None = None, until: int | None = None,
@@ -288,7 +302,8 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torc
     """Train model in place for config.steps steps (or config.minutes of wall time) and return the History.
 
     train_tokens / val_tokens: 1-D token streams, cut into random windows of seq_len; or ChatRows for chat
-    fine-tuning, one whole conversation per row, the loss on the assistant's tokens only.
+    fine-tuning, one whole conversation per row, the loss on the assistant's tokens only; or an `Objective`
+    (DPO, GRPO), whose step_loss gives each step's loss (val_tokens must then be None: on_eval measures).
     train_labels / val_labels: optional label streams of the same length as the token streams (-100 = not
     supervised; the chat loss mask over packed conversations, as chapter 9 first shows it). resume: a Checkpoint from
     `load_checkpoint` (model weights already loaded into model) to continue exactly where it stopped.
@@ -317,7 +332,7 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torc
     shows progress, logs and writes checkpoints. The losses in History are those of the global batch.
     """
     cfg = config or TrainConfig()
-    if cfg.seq_len > model.cfg.max_seq_len:
+    if not isinstance(train_tokens, Objective) and cfg.seq_len > model.cfg.max_seq_len:   # an Objective cuts its own
         raise ValueError(f"seq_len ({cfg.seq_len}) exceeds the model's max_seq_len ({model.cfg.max_seq_len})")
     device = next(model.parameters()).device
     if bf16 and device.type not in ("cpu", "cuda"):
@@ -347,6 +362,10 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torc
     stop = check_int("until", cfg.steps if until is None else until, start, cfg.steps,
                      span=f"in [{start}, steps={cfg.steps}]")
     chat = isinstance(train_tokens, ChatRows)
+    objective = train_tokens if isinstance(train_tokens, Objective) else None
+    if objective is not None and (val_tokens is not None or train_labels is not None or world > 1):
+        raise ValueError("an Objective (DPO, GRPO) trains on one process, without val_tokens or train_labels: "
+                         "measure held-out data in on_eval")
     if chat and train_labels is not None:
         raise ValueError("ChatRows carry their own labels: pass train_labels only with a token stream")
 
@@ -388,21 +407,26 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torc
                            time_progress(elapsed, budget, warm_end))
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            if chat:
-                x, y = train_tokens.sample(cfg.batch_size, cfg.seq_len, sampler)           # (B, T) each
+            if objective is not None:                     # DPO, GRPO: the objective draws its own batch
+                with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
+                    loss, n_tokens = objective.step_loss(model, cfg.batch_size, sampler)
             else:
-                x, y = get_batch(train_tokens, cfg.batch_size, cfg.seq_len, sampler, train_labels)  # (B, T)
-            if (chat or train_labels is not None) and not bool((y != IGNORE_INDEX).any()):
-                warnings.warn(f"step {step + 1}: every label of the batch is -100, so its loss is 0 and it "
-                              "teaches nothing; use a longer seq_len (or data with more supervised text)",
-                              RuntimeWarning)
-            if world > 1:                                  # every rank drew the same batch: keep this rank's rows
-                x, y = distributed.shard(x, rank, world), distributed.shard(y, rank, world)  # (B / W, T) each
-            x, y = x.to(device), y.to(device)
-            with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
-                _, loss = net(x, y)
-            if world > 1 and (chat or train_labels is not None):  # the mask leaves ranks unequal counts
-                loss = distributed.rebalance_loss(loss, y, world)
+                if chat:
+                    x, y = train_tokens.sample(cfg.batch_size, cfg.seq_len, sampler)           # (B, T) each
+                else:
+                    x, y = get_batch(train_tokens, cfg.batch_size, cfg.seq_len, sampler, train_labels)  # (B, T)
+                if (chat or train_labels is not None) and not bool((y != IGNORE_INDEX).any()):
+                    warnings.warn(f"step {step + 1}: every label of the batch is -100, so its loss is 0 and it "
+                                  "teaches nothing; use a longer seq_len (or data with more supervised text)",
+                                  RuntimeWarning)
+                if world > 1:                                  # every rank drew the same batch: keep this rank's rows
+                    x, y = distributed.shard(x, rank, world), distributed.shard(y, rank, world)  # (B / W, T) each
+                x, y = x.to(device), y.to(device)
+                with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
+                    _, loss = net(x, y)
+                if world > 1 and (chat or train_labels is not None):  # the mask leaves ranks unequal counts
+                    loss = distributed.rebalance_loss(loss, y, world)
+                n_tokens = x.numel() * world               # the global batch (chat rows: padded length)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()                                    # under DDP the gradients arrive averaged over ranks
             clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
@@ -419,7 +443,7 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows, val_tokens: torc
             history.lr.append(lr)
             history.grad_norm.append(norm_value)
             history.time.append(distributed.broadcast_object(time.perf_counter() - clock0))   # rank 0's clock
-            tokens_timed += x.numel() * world              # the global batch (chat rows: padded length)
+            tokens_timed += n_tokens
             tok_s = tokens_timed / (time.perf_counter() - t0)
             bar.set_postfix(loss=f"{history.loss[-1]:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
             spent = budget is not None and history.time[-1] >= budget
