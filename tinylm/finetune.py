@@ -304,7 +304,7 @@ def _run_rl(args: argparse.Namespace, tc: TrainConfig, lora: LoRAConfig, model, 
                    "reward_curve": [[i + 1, e["reward"]] for i, e in enumerate(objective.log) if e["sample_s"] > 0]}
     forgot = _forgetting(model, tok, adapted, start, t_eval)
     summary = {
-        "command": sys.argv, "method": args.method, "base": name, "start_adapter": str(args.adapter or ""),
+        "command": COMMAND + sys.argv[1:], "method": args.method, "base": name, "start_adapter": str(args.adapter or ""),
         "format": args.format, "task": args.task, "lora": asdict(lora), "train": asdict(tc),
         "temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "trainable_params": trainable,
         "total_params": total, "steps": history.step[-1], "time": split, "peak_memory_bytes": peak_memory_bytes(),
