@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from tinylm.book import Question, check_function, quiz
+from tinylm.book import Question, check_function, check_lora_forward, quiz
+from tinylm.lora import LoRAConfig, LoRALinear
 
 
 def shown(q) -> list[list[tuple[str, bool]]]:
@@ -150,3 +151,54 @@ def test_forbid_catches_names_imported_into_the_learners_namespace_and_swallowed
 def test_forbid_must_name_modules_or_classes():
     with pytest.raises(ValueError, match="modules or classes"):
         check_function(own_encode, TOK.encode, TEXTS, forbid=["tinylm.tokenizer"])
+
+
+# Chapter 15's exercise: the LoRA forward, W x + (alpha / r) B A x
+def lora_solution(x, W, A, B, alpha):
+    return x @ W.T + alpha / A.shape[0] * (x @ A.T) @ B.T
+
+
+def test_check_lora_forward_passes_a_solution_and_refuses_a_stub():
+    assert check_lora_forward(lora_solution)
+    assert check_lora_forward(lambda x, W, A, B, alpha: torch.nn.functional.linear(x, W + alpha / len(A) * B @ A))
+
+    def stub(x, W, A, B, alpha):
+        raise NotImplementedError
+    v = check_lora_forward(stub)
+    assert not v and "not written yet" in v.message, v.message
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda x, W, A, B, alpha: x @ W.T + (x @ A.T) @ B.T, "it is missing"),
+    (lambda x, W, A, B, alpha: x @ W.T + alpha * (x @ A.T) @ B.T, "not alpha"),
+    (lambda x, W, A, B, alpha: x @ W.T + alpha / A.shape[0] * x @ (B @ A), "(B @ A).T"),
+    (lambda x, W, A, B, alpha: x @ W.T, None),                            # the base alone: B is never zero here
+])
+def test_check_lora_forward_refuses_the_common_slips_and_names_them(wrong, hint):
+    v = check_lora_forward(wrong)
+    assert not v and "values differ" in v.message, v.message
+    assert (hint in v.message) if hint else "Hint" not in v.message, v.message
+
+
+def test_check_lora_forward_refuses_an_answer_that_calls_tinylm_lora():
+    original = LoRALinear.forward
+    def via_library(x, W, A, B, alpha):
+        layer = LoRALinear(torch.nn.Linear(W.shape[1], W.shape[0], bias=False), LoRAConfig(rank=len(A), alpha=alpha))
+        with torch.no_grad():
+            layer.base.weight.copy_(W)
+            layer.lora_A.copy_(A)
+            layer.lora_B.copy_(B)
+            return layer(x)
+    v = check_lora_forward(via_library)
+    assert not v and "calls tinylm.lora." in v.message and "yourself" in v.message, v.message
+
+    def via_delta(x, W, A, B, alpha):     # the merge's delta_weight: also the library's
+        layer = LoRALinear(torch.nn.Linear(W.shape[1], W.shape[0], bias=False), LoRAConfig(rank=len(A), alpha=alpha))
+        with torch.no_grad():
+            layer.lora_A.copy_(A)
+            layer.lora_B.copy_(B)
+            return x @ (W + layer.delta_weight()).T
+    v = check_lora_forward(via_delta)
+    assert not v and "calls tinylm.lora." in v.message, v.message
+
+    assert LoRALinear.forward is original                                 # put back after the check
