@@ -78,7 +78,9 @@ def test_the_grid_then_the_best_rate_at_every_seed_and_a_resumed_log_runs_nothin
     assert fake_runs == [("base", 3e-3, 3), ("nope", 3e-3, 3), ("kv1", 1.5e-3, 3)]
     fake_runs.clear()
     assert ablate.main(args + ["--dry-run"]) == 0 and fake_runs == []
-    assert "0 of 9 grid runs to do" in capsys.readouterr().out
+    assert "0 of 9 grid runs to do, then at most 0 runs" in capsys.readouterr().out
+    assert ablate.main(args + ["--dry-run", "--seeds", "0", "4"]) == 0
+    assert "then at most 3 runs" in capsys.readouterr().out
 
 
 def test_the_tool_refuses_what_it_cannot_run(fake_runs, tmp_path):

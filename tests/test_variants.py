@@ -208,8 +208,10 @@ def test_gelu_width_gives_swiglus_parameter_count():
         gelu_ffn_dim(0, 64)
 
 
-def test_a_variant_checkpoint_saves_and_loads_its_fields(tmp_path):
-    cfg = variant("gpt2-untied-qk").replace(norm_placement="post")
+@pytest.mark.parametrize("cfg", [variant("gpt2-untied-qk").replace(norm_placement="post"),
+                                 variant("gelu-experts"), TINY.replace(n_experts=8, moe_every=2)])
+def test_a_variant_checkpoint_saves_and_loads_its_fields(tmp_path, cfg):
+    """(Experts in every other block: the tensor count's lower bound once assumed experts in every block.)"""
     model = build_model(cfg, seed=1)
     save_checkpoint(tmp_path / "c", model, make_optimizer(model, 1e-3, 0.1), 0, TrainConfig(steps=3),
                     torch.Generator().manual_seed(3), History())
@@ -218,6 +220,9 @@ def test_a_variant_checkpoint_saves_and_loads_its_fields(tmp_path):
     idx = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
         torch.testing.assert_close(back.model.eval()(idx)[0], model.eval()(idx)[0], atol=0, rtol=0)
+
+
+def test_a_config_saved_before_the_variants_loads_as_tinylms_block():
     old = {k: v for k, v in TINY.to_dict().items() if k not in ("norm", "norm_placement", "positions", "mlp", "bias")}
     assert Config.from_dict(old) == TINY                             # a config saved before the variants
 

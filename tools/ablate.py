@@ -133,9 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     grid = [(v, lr, first) for v in args.variants for lr in args.lrs]
     todo = [r for r in grid if not find(rows, *r, args.minutes)]
     if args.dry_run:
-        print(f"{len(todo)} of {len(grid)} grid runs to do, then {len(rest)} seeds x {len(args.variants)} "
-              f"variants at their best rates: at most {(len(todo) + len(rest) * len(args.variants)) * args.minutes:g} "
-              f"minutes of training, plus scoring")
+        lrs = {v: best_lr(rows, v, args.lrs, first, args.minutes) for v in args.variants}
+        later = sum(len(rest) if lr is None else sum(not find(rows, v, lr, s, args.minutes) for s in rest)
+                    for v, lr in lrs.items())
+        print(f"{len(todo)} of {len(grid)} grid runs to do, then at most {later} runs of the other seeds at the "
+              f"best rates: at most {(len(todo) + later) * args.minutes:g} minutes of training, plus scoring")
         for r in todo:
             print("  ", run_name(*r))
         return 0

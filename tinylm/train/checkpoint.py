@@ -279,8 +279,9 @@ def _load_model(path: Path, meta: dict, device: torch.device, max_bytes: int | N
     f = checkpoint_file(path, WEIGHTS)
     with _open(f, meta) as st:
         names = set(st.keys())
-        # at least q, k, v, o per layer and 2 matrices per expert: a hostile n_layers cannot make us list 10**9
-        at_least = 4 * cfg.n_layers + 2 * cfg.n_experts * layer_counts(cfg)[1]
+        # at least the MLP's matrices in every dense block and expert: a hostile n_layers cannot make us list 10**9
+        (dense, moe), matrices = layer_counts(cfg), (3 if cfg.mlp == "swiglu" else 2)
+        at_least = matrices * (dense + moe * cfg.n_experts)
         expected = state_size(cfg)[0] if at_least <= len(names) else None
         if expected != len(names):
             raise ValueError(f"{f} holds {len(names)} tensors, config.json's model needs "
