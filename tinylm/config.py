@@ -16,6 +16,12 @@ MAX_SEQ_LEN = 2**17
 MAX_HEAD_DIM = 2**10
 MAX_ROPE_ENTRIES = 2**24      # max_seq_len x head_dim
 
+# The other blocks, for ablations (`tinylm.variants`); the first of each is tinylm's own (Llama/Qwen3)
+NORMS = ("rmsnorm", "layernorm", "none")
+PLACEMENTS = ("pre", "post")
+POSITIONS = ("rope", "learned", "none")
+MLPS = ("swiglu", "gelu")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -45,6 +51,16 @@ class Config:
                                   # probabilities (Switch Transformer), so top-1 routing still learns
     dropout: float = 0.0        # share of each sub-layer's output zeroed before the residual add, in
                                 # training only (GPT-2's residual dropout; Llama and Qwen3 use 0)
+    # the variants for ablations (tinylm.variants); the defaults are the Llama/Qwen3 block
+    norm: str = "rmsnorm"       # the blocks' and the final norm: "rmsnorm", "layernorm" (GPT-2), "none"
+    norm_placement: str = "pre"  # "pre": x + f(norm(x)) (GPT-2, Llama); "post": norm(x + f(x)) (Vaswani et
+                                 # al., 2017), and then no final norm: the last block's output is normalised
+    positions: str = "rope"     # "rope"; "learned": a (max_seq_len, dim) embedding added to the token's
+                                # (GPT-2); "none": no position signal but the causal mask (NoPE)
+    mlp: str = "swiglu"         # "swiglu"; "gelu": down(gelu(up(x))) (GPT-2), ffn_dim wide; the width with
+                                # SwiGLU's parameter count: tinylm.variants.gelu_ffn_dim
+    bias: bool = False          # biases in the attention and MLP linears and in LayerNorm (GPT-2); the
+                                # router, the head and RMSNorm never have one
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim"):
@@ -88,6 +104,13 @@ class Config:
         check_bool("moe_renormalize", self.moe_renormalize)
         object.__setattr__(self, "dropout", check_number("dropout", self.dropout, 0, 1, high_open=True,
                                                          span="in [0, 1)"))
+        for name, choices in (("norm", NORMS), ("norm_placement", PLACEMENTS), ("positions", POSITIONS),
+                              ("mlp", MLPS)):
+            check_one_of(name, getattr(self, name), choices, hint=" (the first is tinylm's own block)")
+        check_bool("bias", self.bias)
+        if self.norm == "none" and self.norm_placement == "post":
+            raise ValueError("norm_placement='post' places the norms, and norm='none' has none; use "
+                             "norm_placement='pre' with norm='none' (a block without norms)")
         if self.n_experts and self.moe_every > self.n_layers:
             raise ValueError(
                 f"moe_every ({self.moe_every}) exceeds n_layers ({self.n_layers}): no block would get "

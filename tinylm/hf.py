@@ -25,12 +25,14 @@ from ._loading import (FLOAT_BYTES, FLOAT_DTYPES, as_path, check_dtype, check_fi
 from .config import Config
 from .model import TinyLM
 from .params import state_size, weight_shapes
+from .variants import check_llama_block
 
 
 def hf_config(cfg: Config):
     """The `transformers` config of the same architecture: Qwen3 with QK-norm, Llama without."""
     if cfg.n_experts:
         raise ValueError("n_experts > 0 has no Llama/Qwen3 counterpart; use a dense config (n_experts=0)")
+    check_llama_block(cfg, "the Hugging Face export (Llama/Qwen3)")
     common = dict(
         vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.ffn_dim,
         num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,

@@ -5,6 +5,8 @@
     Block (pre-norm):   x = x + self_attn(input_layernorm(x))          RoPE, grouped KV heads, causal
                         x = x + mlp(post_attention_layernorm(x))       SwiGLU
 
+The variants for ablations (LayerNorm or no norm, post-norm, learned or no positions, GELU MLP, biases:
+`Config.norm`, ...) are built by `make_norm` and `make_mlp` from `tinylm.variants`; the defaults are above.
 Module names are Hugging Face's (`q_proj`, `gate_proj`, `input_layernorm`, ...), so a state dict moves
 into `LlamaForCausalLM` / `Qwen3ForCausalLM` with no reshaping (see `tinylm.hf`).
 Shapes: B batch, T time, C = dim, H query heads, Hkv KV heads, D head_dim, V vocab.
@@ -18,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import positions
+from . import positions, variants
 from ._checks import IGNORE_INDEX
 from ._loading import check_memory
 from .cache import KVCache
@@ -166,10 +168,10 @@ class Attention(nn.Module):
         super().__init__()
         self.layer_idx = layer_idx
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
-        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.bias)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.bias)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.bias)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=cfg.bias)
         self.qk_norm = cfg.qk_norm
         if cfg.qk_norm:  # Qwen3: normalise each head's q and k before RoPE
             self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
@@ -179,7 +181,8 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 cache: KVCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, C) -> (B, T, C). cos, sin (T, D): RoPE rows of x's positions, or (B, 1, T, D) per
-        sequence. mask: None (causal), or (B, 1, T, S) bool from `padding_mask` for a padded batch."""
+        sequence, or None (no rotation). mask: None (causal), or (B, 1, T, S) bool from `padding_mask` for a
+        padded batch."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)       # (B, T, H, D)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)    # (B, T, Hkv, D)
@@ -187,7 +190,8 @@ class Attention(nn.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H|Hkv, T, D)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)         # cos, sin: this call's T positions
+        if cos is not None:                                              # None: no RoPE (cfg.positions)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)     # cos, sin: this call's T positions
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)                    # (B, Hkv, cache.pos + T, D)
         attend = attention_explicit if self.explicit else attention
@@ -199,35 +203,55 @@ class Attention(nn.Module):
 class SwiGLU(nn.Module):
     """down(silu(gate(x)) * up(x)) (Shazeer, 2020)."""
 
-    def __init__(self, dim: int, ffn_dim: int):
+    def __init__(self, dim: int, ffn_dim: int, bias: bool = False):
         super().__init__()
-        self.gate_proj = nn.Linear(dim, ffn_dim, bias=False)
-        self.up_proj = nn.Linear(dim, ffn_dim, bias=False)
-        self.down_proj = nn.Linear(ffn_dim, dim, bias=False)
+        self.gate_proj = nn.Linear(dim, ffn_dim, bias=bias)
+        self.up_proj = nn.Linear(dim, ffn_dim, bias=bias)
+        self.down_proj = nn.Linear(ffn_dim, dim, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # (B, T, C)
 
 
+def make_norm(cfg: Config) -> nn.Module:
+    """The norm of cfg.norm: RMSNorm, or a variant's (LayerNorm, none: `tinylm.variants`)."""
+    return RMSNorm(cfg.dim, cfg.norm_eps) if cfg.norm == "rmsnorm" else variants.norm(cfg, cfg.dim)
+
+
+def make_mlp(cfg: Config) -> nn.Module:
+    """The feed-forward of cfg.mlp: SwiGLU, or GPT-2's GELU MLP (`tinylm.variants`)."""
+    if cfg.mlp == "swiglu":
+        return SwiGLU(cfg.dim, cfg.ffn_dim, cfg.bias)
+    return variants.GELUMLP(cfg.dim, cfg.ffn_dim, cfg.bias)
+
+
 class Block(nn.Module):
-    """Pre-norm block: normalise, transform, add back to the residual stream."""
+    """Pre-norm block: normalise, transform, add back to the residual stream.
+    (cfg.norm_placement="post", the original Transformer's: transform, add, then normalise the sum.)"""
 
     def __init__(self, cfg: Config, layer_idx: int = 0):
         super().__init__()
-        self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.post_norm = cfg.norm_placement == "post"
+        if not self.post_norm:
+            self.input_layernorm = make_norm(cfg)
         self.self_attn = Attention(cfg, layer_idx)
-        self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.post_attention_layernorm = make_norm(cfg)
         if cfg.is_moe_layer(layer_idx):  # chapter 8: a router and n_experts SwiGLU experts
-            self.mlp = MoE(cfg, expert=lambda: SwiGLU(cfg.dim, cfg.ffn_dim))
+            self.mlp = MoE(cfg, expert=lambda: make_mlp(cfg))
         else:
-            self.mlp = SwiGLU(cfg.dim, cfg.ffn_dim)
+            self.mlp = make_mlp(cfg)
+        if self.post_norm:               # Gemma 2's name for the norm after the feed-forward
+            self.post_feedforward_layernorm = make_norm(cfg)
         self.dropout = cfg.dropout   # residual dropout, in training only (0: none; no module, nothing drawn)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def forward(self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None,
                 cache: KVCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
-        h = self.input_layernorm(x)
+        h = x if self.post_norm else self.input_layernorm(x)
         # with no pad, the call of an unpadded model: (x, cos, sin, cache), as chapters that wrap it expect
         y = self.self_attn(h, cos, sin, cache) if mask is None else self.self_attn(h, cos, sin, cache, mask)
+        if self.post_norm:                                               # x = norm(x + f(x)), twice
+            x = self.post_attention_layernorm(x + self._drop(y))
+            return self.post_feedforward_layernorm(x + self._drop(self.mlp(x)))
         x = x + self._drop(y)
         x = x + self._drop(self.mlp(self.post_attention_layernorm(x)))
         return x
@@ -275,11 +299,14 @@ class TinyLM(nn.Module):
         check_memory("TinyLM(cfg)", cfg, max_bytes, weights=torch.get_default_device().type != "meta")
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        # GPT-2's learned absolute positions: one vector per position, added to the token's
+        self.embed_positions = nn.Embedding(cfg.max_seq_len, cfg.dim) if cfg.positions == "learned" else None
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        # post-norm: the last block's output is already normalised
+        self.norm = make_norm(cfg) if cfg.norm_placement == "pre" else nn.Identity()
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
-        cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_base)
-        self.register_buffer("cos", cos, persistent=False)  # (max_seq_len, D), rebuilt, never saved
+        cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_base) if cfg.positions == "rope" else (None,) * 2
+        self.register_buffer("cos", cos, persistent=False)  # (max_seq_len, D), rebuilt, never saved; None: no RoPE
         self.register_buffer("sin", sin, persistent=False)
         self.apply(self._init_weights)
         if cfg.tie_embeddings:
@@ -310,13 +337,16 @@ class TinyLM(nn.Module):
         if cfg.tie_embeddings:
             model.lm_head.weight = model.embed_tokens.weight  # assign made two parameters: one matrix again
         device = model.embed_tokens.weight.device          # the RoPE tables were built on the CPU
-        model.cos, model.sin = model.cos.to(device), model.sin.to(device)
+        if model.cos is not None:
+            model.cos, model.sin = model.cos.to(device), model.sin.to(device)
         return model.eval()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:   # cfg.bias: start at zero (GPT-2)
+            nn.init.zeros_(module.bias)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
                 attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -333,14 +363,19 @@ class TinyLM(nn.Module):
         self._check_input(idx, targets, cache, attention_mask)
         x = self.embed_tokens(idx)                                       # (B, T, C)
         start, T = (cache.pos if cache is not None else 0), idx.shape[1]
-        mask = None
-        if attention_mask is None or bool(attention_mask.all()):         # no pad: every row at start ...
+        mask = cos = sin = None                                          # cos, sin None: no RoPE
+        padded = attention_mask is not None and not bool(attention_mask.all())
+        pos = position_ids(attention_mask)[:, start:] if padded else None  # (B, T) left padding: per row
+        if self.embed_positions is not None:                             # learned positions (GPT-2)
+            rows = pos if padded else torch.arange(start, start + T, device=idx.device)  # (B, T) or (T,)
+            x = x + self.embed_positions(rows)                           # (B, T, C)
+        if self.cos is not None and not padded:                          # no pad: every row at start ...
             cos = self.cos[start : start + T].to(x.dtype)                # (T, D) the RoPE angles of these
             sin = self.sin[start : start + T].to(x.dtype)                #        positions, cast once per call
-        else:                                                            # left padding: positions per row
-            pos = position_ids(attention_mask)[:, start:]                # (B, T)
+        elif self.cos is not None:
             cos = self.cos[pos].to(x.dtype)[:, None]                     # (B, 1, T, D)
             sin = self.sin[pos].to(x.dtype)[:, None]
+        if padded:
             mask = padding_mask(attention_mask, T)                       # (B, 1, T, S)
         for layer in self.layers:
             x = layer(x, cos, sin, cache) if mask is None else layer(x, cos, sin, cache, mask)  # (B, T, C)

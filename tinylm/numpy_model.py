@@ -20,6 +20,7 @@ from ._checks import IGNORE_INDEX
 from .config import Config
 from .model import TinyLM
 from .params import weight_shapes
+from .variants import check_llama_block
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,6 +167,7 @@ def _check_model_inputs(params: dict, cfg: Config, idx: np.ndarray, targets) -> 
         raise ValueError(f"cfg must be a tinylm.Config, got {type(cfg).__name__}")
     if cfg.n_experts:
         raise ValueError("backprop covers the dense model only: use a Config with n_experts=0")
+    check_llama_block(cfg, "the NumPy model and backpropagation")
     expected = param_shapes(cfg)
     missing = sorted(set(expected) - set(params))
     if missing:

@@ -16,31 +16,66 @@ from ._checks import check_int
 from .config import Config
 
 
+def _linear(name: str, out_features: int, in_features: int, bias: bool) -> dict[str, tuple[int, ...]]:
+    return {f"{name}.weight": (out_features, in_features)} | ({f"{name}.bias": (out_features,)} if bias else {})
+
+
+def norm_shapes(cfg: Config, name: str) -> dict[str, tuple[int, ...]]:
+    """One norm of the residual stream: RMSNorm's gain, LayerNorm's gain (and bias with cfg.bias), or none."""
+    if cfg.norm == "none":
+        return {}
+    return {f"{name}.weight": (cfg.dim,)} | ({f"{name}.bias": (cfg.dim,)} if cfg.norm == "layernorm" and cfg.bias
+                                             else {})
+
+
+def mlp_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
+    """One feed-forward (or one expert): SwiGLU's gate, up, down, or the GELU MLP's up, down (cfg.mlp)."""
+    C, F = cfg.dim, cfg.ffn_dim
+    names = ("gate_proj", "up_proj") if cfg.mlp == "swiglu" else ("up_proj",)
+    shapes = {k: v for name in names for k, v in _linear(name, F, C, cfg.bias).items()}
+    return shapes | _linear("down_proj", C, F, cfg.bias)
+
+
 def block_shapes(cfg: Config, moe: bool | None = None) -> dict[str, tuple[int, ...]]:
     """Name -> shape of the weights of one block (names inside `layers.i.`); linear weights are (out, in).
 
     moe: whether this block has experts; None means a block with experts if the config has any
     (with `cfg.moe_every` > 1 only some blocks do: `weight_shapes` asks `cfg.is_moe_layer(i)`).
+    Post-norm (cfg.norm_placement) has no input_layernorm, and a post_feedforward_layernorm after the MLP.
     """
     moe = cfg.n_experts > 0 if moe is None else moe
-    C, F, D = cfg.dim, cfg.ffn_dim, cfg.head_dim
-    shapes: dict[str, tuple[int, ...]] = {
-        "input_layernorm.weight": (C,),
-        "self_attn.q_proj.weight": (cfg.n_heads * D, C),
-        "self_attn.k_proj.weight": (cfg.n_kv_heads * D, C),
-        "self_attn.v_proj.weight": (cfg.n_kv_heads * D, C),
-        "self_attn.o_proj.weight": (C, cfg.n_heads * D),
-    }
+    C, D, b = cfg.dim, cfg.head_dim, cfg.bias
+    pre = cfg.norm_placement == "pre"
+    shapes: dict[str, tuple[int, ...]] = norm_shapes(cfg, "input_layernorm") if pre else {}
+    for name, out_features, in_features in (("q_proj", cfg.n_heads * D, C), ("k_proj", cfg.n_kv_heads * D, C),
+                                            ("v_proj", cfg.n_kv_heads * D, C), ("o_proj", C, cfg.n_heads * D)):
+        shapes |= _linear("self_attn." + name, out_features, in_features, b)
     if cfg.qk_norm:  # Qwen3: one gain per head dimension, shared by the heads
         shapes |= {"self_attn.q_norm.weight": (D,), "self_attn.k_norm.weight": (D,)}
-    shapes["post_attention_layernorm.weight"] = (C,)
-    swiglu = {"gate_proj.weight": (F, C), "up_proj.weight": (F, C), "down_proj.weight": (C, F)}
+    shapes |= norm_shapes(cfg, "post_attention_layernorm")
+    mlp = mlp_shapes(cfg)
     if not moe:
-        shapes |= {"mlp." + k: s for k, s in swiglu.items()}
+        shapes |= {"mlp." + k: s for k, s in mlp.items()}
     else:  # the router, then the experts (tinylm.moe)
         shapes["mlp.gate.weight"] = (cfg.n_experts, C)
-        shapes |= {f"mlp.experts.{e}.{k}": s for e in range(cfg.n_experts) for k, s in swiglu.items()}
+        shapes |= {f"mlp.experts.{e}.{k}": s for e in range(cfg.n_experts) for k, s in mlp.items()}
+    if not pre:
+        shapes |= norm_shapes(cfg, "post_feedforward_layernorm")
     return shapes
+
+
+def _input_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
+    """The embedding, and GPT-2's learned positions (cfg.positions == 'learned')."""
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.vocab_size, cfg.dim)}
+    if cfg.positions == "learned":
+        shapes["embed_positions.weight"] = (cfg.max_seq_len, cfg.dim)
+    return shapes
+
+
+def _output_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
+    """The final norm (pre-norm only) and the head."""
+    final = norm_shapes(cfg, "norm") if cfg.norm_placement == "pre" else {}
+    return final | {"lm_head.weight": (cfg.vocab_size, cfg.dim)}
 
 
 def weight_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
@@ -49,13 +84,11 @@ def weight_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
     'lm_head.weight' is listed even when tied to the embedding (the state_dict lists it too);
     `count_params` counts it once.
     """
-    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.vocab_size, cfg.dim)}
+    shapes = _input_shapes(cfg)
     for i in range(cfg.n_layers):
         block = block_shapes(cfg, moe=cfg.is_moe_layer(i))
         shapes |= {f"layers.{i}.{k}": s for k, s in block.items()}
-    shapes["norm.weight"] = (cfg.dim,)
-    shapes["lm_head.weight"] = (cfg.vocab_size, cfg.dim)
-    return shapes
+    return shapes | _output_shapes(cfg)
 
 
 def layer_counts(cfg: Config) -> tuple[int, int]:
@@ -68,24 +101,26 @@ def state_size(cfg: Config) -> tuple[int, int]:
     """(tensors, parameters) of `TinyLM(cfg)`'s state_dict with a tied head stored once (as files store it),
     without listing the layers or the experts: len(weight_shapes(cfg)) less the tied head, and
     count_params(cfg).total, for any n_layers and n_experts."""
-    dense = block_shapes(cfg, moe=False)
+    dense, mlp = block_shapes(cfg, moe=False), mlp_shapes(cfg)
     tensors, weights = len(dense), _numel(dense, lambda k: True)
     E, (n_dense, n_moe) = cfg.n_experts, layer_counts(cfg)
-    moe_tensors = tensors + 1 + 3 * (E - 1)                         # a router, and E SwiGLUs instead of one
-    moe_weights = weights + E * cfg.dim + (E - 1) * 3 * cfg.dim * cfg.ffn_dim
-    heads = 1 if cfg.tie_embeddings else 2                          # embedding (+ untied head)
-    return (heads + 1 + n_dense * tensors + n_moe * moe_tensors,
-            heads * cfg.vocab_size * cfg.dim + cfg.dim + n_dense * weights + n_moe * moe_weights)
+    moe_tensors = tensors + 1 + len(mlp) * (E - 1)                  # a router, and E MLPs instead of one
+    moe_weights = weights + E * cfg.dim + (E - 1) * _numel(mlp, lambda k: True)
+    outer = _input_shapes(cfg) | _output_shapes(cfg)
+    if cfg.tie_embeddings:
+        del outer["lm_head.weight"]                                 # stored once, as the embedding
+    return (len(outer) + n_dense * tensors + n_moe * moe_tensors,
+            _numel(outer, lambda k: True) + n_dense * weights + n_moe * moe_weights)
 
 
 @dataclass(frozen=True)
 class ParamCount:
     """Parameters by component, summed over all layers. `.total` equals the model's numel."""
 
-    embedding: int      # vocab_size x dim
-    attention: int      # q, k, v, o projections (+ q_norm/k_norm gains with QK-norm)
-    feed_forward: int   # SwiGLU gate/up/down (or router + experts)
-    norms: int          # two RMSNorm gains per block + the final norm
+    embedding: int      # vocab_size x dim (+ max_seq_len x dim learned positions)
+    attention: int      # q, k, v, o projections (+ q_norm/k_norm gains with QK-norm; + biases)
+    feed_forward: int   # SwiGLU gate/up/down or GELU up/down (or router + experts; + biases)
+    norms: int          # two norms per block + the final norm (pre-norm): RMSNorm gains, LayerNorm's + biases
     head: int           # 0 when tied to the embedding
     active_feed_forward: int = 0  # feed-forward weights one token actually uses (MoE: top-k experts)
 
@@ -128,10 +163,10 @@ def count_params(cfg: Config) -> ParamCount:
     active_ff = (_numel(shapes, lambda k: ".mlp." in k and ".mlp.experts." not in k)
                  + cfg.experts_per_token * _numel(shapes, lambda k: ".mlp.experts.0." in k))
     return ParamCount(
-        embedding=_numel(shapes, lambda k: k == "embed_tokens.weight"),
+        embedding=_numel(shapes, lambda k: k.startswith("embed_")),
         attention=_numel(shapes, lambda k: ".self_attn." in k),
         feed_forward=feed_forward,
-        norms=_numel(shapes, lambda k: k == "norm.weight" or k.endswith("layernorm.weight")),
+        norms=_numel(shapes, lambda k: k.startswith("norm.") or k.split(".")[-2].endswith("layernorm")),
         head=0 if cfg.tie_embeddings else _numel(shapes, lambda k: k == "lm_head.weight"),
         active_feed_forward=active_ff,
     )
@@ -152,8 +187,8 @@ def train_flops_per_token(cfg: Config, seq_len: int) -> int:
     """Training FLOPs per token: 6 N + 12 L H D T (Kaplan et al., 2020; PaLM, Chowdhery et al., 2022, app. B).
 
     N: the parameters in matrix multiplies (the active ones, for mixture of experts), the output head
-    included and the embedding lookup not (tied or not, the head multiplies vocab x dim per token); norm
-    gains left out. Each multiplies twice (a multiply and an add) in the forward pass and four times in the
+    included and the embedding lookup not (tied or not, the head multiplies vocab x dim per token), nor
+    learned positions; norms left out, and linear biases (cfg.bias) counted as if multiplied (1/dim of N). Each multiplies twice (a multiply and an add) in the forward pass and four times in the
     backward: 6 N. Attention's scores and weighted sum add 2 x 2 L H D T forward (T = seq_len, every
     position counted, as PaLM does; a causal mask halves the useful work), 12 L H D T with the backward.
     """

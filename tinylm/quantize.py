@@ -142,6 +142,9 @@ def quantize(model: TinyLM, fmt: str, head: bool = True, kernel: bool = KERNEL) 
     check_one_of("fmt", fmt, FORMATS, hint=" (fp32 is the model as it is)")
     check_bool("head", head)
     check_bool("kernel", kernel)
+    if model.cfg.bias:
+        raise ValueError("quantize's linears are bias-free, this model has cfg.bias=True; quantize a model "
+                         "with bias=False")
     have = weight_format(model)
     if have != "fp32" or any(p.dtype != torch.float32 for p in model.parameters()):
         raise ValueError(f"model must be fp32 to quantize, it is already {have}; load or build a fresh fp32 "

@@ -2,8 +2,11 @@
 
     python tools/sweep.py --minutes 2 --configs v512 v1024 v2048 v4096 --log runs/vocab.log    # vocabulary
     python tools/sweep.py --minutes 3 --configs d192x4 d256x4 d256x6 --log runs/sweep.log      # shapes
+    python tools/sweep.py --minutes 3 --configs base layernorm nope gelu --log runs/variants.log   # blocks
+    python tools/sweep.py --minutes 3 --configs norm=layernorm+lr=5e-3 --log runs/one.log      # any field
 
-Each configuration is a name in CONFIGS (model fields of `Config` and run fields of `TrainConfig`); all are
+Each configuration is a name in CONFIGS (model fields of `Config` and run fields of `TrainConfig`), or a
+field=value of either (VARIANTS: the other blocks, for tools/ablate.py); all are
 trained one after the other in this process, on the same data, with the same seed and threads, for the same
 minutes (`TrainConfig.minutes`: warmup, then a cosine over the budget), and scored on the validation works
 (`tinylm.corpus.VAL_WORKS`) with `tinylm.train.measure.text_bits_per_byte`. Tokenizers are trained once per
@@ -32,6 +35,7 @@ from tinylm.tokenizer import BPETokenizer  # noqa: E402
 from tinylm.train.loop import build_model, train  # noqa: E402
 from tinylm.train.measure import cpu_class, matmul_peak_flops, text_bits_per_byte, throughput  # noqa: E402
 from tinylm.train.settings import TrainConfig  # noqa: E402
+from tinylm.variants import gelu_ffn_dim  # noqa: E402
 
 # the model every configuration starts from (QK-norm, tied head, 2 KV heads), and the run's settings
 BASE_MODEL = dict(vocab_size=1024, dim=192, n_layers=4, n_heads=6, n_kv_heads=2, ffn_dim=512, max_seq_len=256,
@@ -61,12 +65,47 @@ CONFIGS: dict[str, dict] = {
 }
 
 
+# the blocks of the ablations (issue 23), each one swap from the base model (RMSNorm, pre-norm, RoPE, SwiGLU,
+# 6 query heads on 2 KV heads, QK-norm, tied head); the GELU MLP is as wide as has SwiGLU's parameters
+VARIANTS: dict[str, dict] = {
+    "base": {}, "layernorm": dict(norm="layernorm"), "nonorm": dict(norm="none"),
+    "postnorm": dict(norm_placement="post"), "learnedpos": dict(positions="learned"), "nope": dict(positions="none"),
+    "gelu": dict(mlp="gelu", ffn_dim=gelu_ffn_dim(BASE_MODEL["dim"], BASE_MODEL["ffn_dim"])),
+    "kv1": dict(n_kv_heads=1), "kv6": dict(n_kv_heads=6), "noqknorm": dict(qk_norm=False),
+    "untied": dict(tie_embeddings=False),
+    "gpt2": dict(norm="layernorm", positions="learned", mlp="gelu", bias=True,
+                 ffn_dim=gelu_ffn_dim(BASE_MODEL["dim"], BASE_MODEL["ffn_dim"], bias=True)),
+}
+CONFIGS |= VARIANTS
+
+
+def parse_value(field: str, text: str):
+    """'5e-3' -> 5e-3 for a float field, '2' -> 2, 'true' -> True, else the text (a choice such as 'layernorm')."""
+    kinds = {f: type(v) for f, v in {**Config().to_dict(), **TrainConfig().__dict__}.items() if v is not None}
+    if field not in Config.__dataclass_fields__ and field not in TrainConfig.__dataclass_fields__:
+        raise ValueError(f"unknown field {field!r} in {field}={text}; fields of Config and TrainConfig: "
+                         f"{sorted({*Config.__dataclass_fields__, *TrainConfig.__dataclass_fields__})}")
+    kind = {"head_dim": int, "minutes": float}.get(field) or kinds.get(field, str)
+    if kind is bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"{field} takes true or false, got {text!r}")
+        return text.lower() == "true"
+    try:
+        return kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
+    except ValueError:
+        raise ValueError(f"{field}={text}: {text!r} is not a {kind.__name__}") from None
+
+
 def parse_name(name: str) -> dict:
-    """A name of CONFIGS, or several joined by '+' (later ones win): 'd256x4+v2048+lr5e-3'."""
+    """A name of CONFIGS or a field=value, or several joined by '+' (later ones win): 'd256x4+v2048+lr=5e-3'."""
     changes: dict = {}
     for part in name.split("+"):
+        if "=" in part:
+            field, text = part.split("=", 1)
+            changes[field] = parse_value(field, text)
+            continue
         if part not in CONFIGS:
-            raise ValueError(f"unknown configuration {part!r}; choose from {sorted(CONFIGS)}")
+            raise ValueError(f"unknown configuration {part!r}; choose from {sorted(CONFIGS)}, or write field=value")
         changes |= CONFIGS[part]
     return changes
 
@@ -121,9 +160,18 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def header(tool: str, argv: list[str], threads: int, peak: float) -> str:
+    """The log's '#' lines before the runs: the command, and the machine it ran on."""
+    return (f"# {' '.join(['python', tool, *argv])}\n"
+            f"# {time.strftime('%Y-%m-%d %H:%M')} torch {torch.__version__}, {threads} threads, "
+            f"CPU {cpu_class()}, {os.cpu_count()} cores, load "
+            f"{os.getloadavg()[0]:.1f}; fp32 matmul peak {peak / 1e9:.0f} GFLOP/s\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--configs", nargs="+", required=True, help=f"names (join with +): {', '.join(CONFIGS)}")
+    p.add_argument("--configs", nargs="+", required=True,
+                   help=f"names or field=value (join with +): {', '.join(CONFIGS)}")
     p.add_argument("--minutes", type=float, default=3.0, help="wall-clock budget of each run (default 3)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     p.add_argument("--log", type=Path, required=True, help="log file (appended: one JSON line per run, then a table)")
@@ -139,10 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     peak = matmul_peak_flops()
     args.log.parent.mkdir(parents=True, exist_ok=True)
     with open(args.log, "a") as log:
-        log.write(f"# {' '.join(['python', 'tools/sweep.py', *(argv if argv is not None else sys.argv[1:])])}\n"
-                  f"# {time.strftime('%Y-%m-%d %H:%M')} torch {torch.__version__}, {args.threads} threads, "
-                  f"CPU {cpu_class()}, {os.cpu_count()} cores, load "
-                  f"{os.getloadavg()[0]:.1f}; fp32 matmul peak {peak / 1e9:.0f} GFLOP/s\n")
+        log.write(header("tools/sweep.py", argv if argv is not None else sys.argv[1:], args.threads, peak))
         log.flush()
         rows = []
         for name in args.configs:

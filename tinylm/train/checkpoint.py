@@ -39,7 +39,7 @@ from .._checks import check_fields, check_header, check_int
 from .._loading import FLOAT_DTYPES, as_path, check_device, check_memory, read_json
 from ..config import Config
 from ..model import TinyLM
-from ..params import block_shapes, weight_shapes
+from ..params import layer_counts, state_size, weight_shapes
 from ..tokenizer import BPETokenizer
 from .settings import MINI_COMPANION, History, TrainConfig
 
@@ -279,9 +279,10 @@ def _load_model(path: Path, meta: dict, device: torch.device, max_bytes: int | N
     f = checkpoint_file(path, WEIGHTS)
     with _open(f, meta) as st:
         names = set(st.keys())
-        at_least = cfg.n_layers * 3 * max(cfg.n_experts, 1)     # 3 SwiGLU matrices per layer and expert:
-        expected = (2 + (0 if cfg.tie_embeddings else 1) + cfg.n_layers * len(block_shapes(cfg))
-                    if at_least <= len(names) else None)        # a hostile n_layers cannot make us list 10**9
+        # at least the MLP's matrices in every dense block and expert: a hostile n_layers cannot make us list 10**9
+        (dense, moe), matrices = layer_counts(cfg), (3 if cfg.mlp == "swiglu" else 2)
+        at_least = matrices * (dense + moe * cfg.n_experts)
+        expected = state_size(cfg)[0] if at_least <= len(names) else None
         if expected != len(names):
             raise ValueError(f"{f} holds {len(names)} tensors, config.json's model needs "
                              f"{expected if expected else f'at least {at_least:,}'}; the weights and the config do "

@@ -1,0 +1,94 @@
+# tools/ablate.py and the variants in tools/sweep.py, with the training faked. Run: .venv/bin/python -m pytest tests/test_ablate.py
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tinylm import count_params
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import ablate  # noqa: E402
+import sweep  # noqa: E402
+
+
+def test_a_sweep_names_fields_and_variants():
+    assert sweep.parse_name("nope+lr=5e-3+seed=2+qk_norm=false") == {"positions": "none", "lr": 5e-3, "seed": 2,
+                                                                      "qk_norm": False}
+    assert sweep.parse_name(ablate.run_name("gelu", 3e-3, 1)) == {**sweep.VARIANTS["gelu"], "lr": 3e-3,
+                                                                  "min_lr": 3e-4, "seed": 1}
+    assert sweep.parse_name("steps=1e3") == {"steps": 1000}
+    for bad, words in (("colour=red", "unknown field 'colour'"), ("qk_norm=yes", "true or false"),
+                       ("lr=fast", "not a float"), ("huge", "unknown configuration")):
+        with pytest.raises(ValueError, match=words):
+            sweep.parse_name(bad)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        sweep.configuration("norm=batchnorm", 1.0)
+
+
+def test_every_variant_is_one_valid_configuration_and_gelu_keeps_the_parameters():
+    base, _ = sweep.configuration("base", 1.0)
+    for name in sweep.VARIANTS:
+        cfg, tc = sweep.configuration(name, 1.0)
+        assert tc.minutes == 1.0 and (name == "base") == (cfg == base)
+    gelu, _ = sweep.configuration("gelu", 1.0)
+    assert count_params(gelu).total == count_params(base).total
+    gpt2, _ = sweep.configuration("gpt2", 1.0)
+    assert abs(count_params(gpt2).feed_forward - count_params(base.replace(bias=True)).feed_forward) <= base.dim * 4
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """ablate.run without training: val bpb = 2 + |log2(lr / best)| / 10 + seed / 100; 'nope' at 6e-3 diverges."""
+    calls = []
+
+    def run(variant, lr, seed, minutes, texts, cache, peak):
+        calls.append((variant, lr, seed))
+        best = {"base": 3e-3, "nope": 6e-3, "kv1": 1.5e-3}[variant]
+        if variant == "nope" and lr == 6e-3:
+            return {"variant": variant, "lr": lr, "seed": seed, "minutes": minutes, "val_bpb": None, "diverged": "x"}
+        bpb = 2 + abs(lr / best - 1) / 10 + seed / 100 + (variant == "kv1") * 0.5
+        return {"variant": variant, "lr": lr, "seed": seed, "minutes": minutes, "params": 1000, "val_bpb": bpb}
+
+    monkeypatch.setattr(ablate, "run", run)
+    monkeypatch.setattr(ablate, "matmul_peak_flops", lambda: 1e9)
+    monkeypatch.setattr(ablate.corpus, "shakespeare_text", lambda split: "text")
+    monkeypatch.setattr(ablate.torch, "set_num_threads", lambda n: None)
+    return calls
+
+
+def test_the_grid_then_the_best_rate_at_every_seed_and_a_resumed_log_runs_nothing_twice(fake_runs, tmp_path,
+                                                                                         capsys):
+    log = tmp_path / "a.log"
+    args = ["--variants", "base", "nope", "kv1", "--minutes", "0.5", "--log", str(log)]
+    assert ablate.main(args) == 0
+    grid = [(v, lr, 0) for v in ("base", "nope", "kv1") for lr in ablate.LRS]
+    # nope's best scorer diverged: its best is what ran, 3e-3 (bpb 2.05) over 1.5e-3 (2.075)
+    assert fake_runs == grid + [("base", 3e-3, 1), ("base", 3e-3, 2), ("nope", 3e-3, 1), ("nope", 3e-3, 2),
+                                ("kv1", 1.5e-3, 1), ("kv1", 1.5e-3, 2)]
+    rows = ablate.read_log(log)
+    assert len(rows) == 15 and sum(r["val_bpb"] is None for r in rows) == 1
+    text = log.read_text().split("\n# val bits per byte")[1]
+    base_line = next(line for line in text.splitlines() if line.startswith("# base"))
+    assert "3e-03" in base_line and "2.010" in base_line and "0.010" in base_line   # mean of 2, 2.01, 2.02; sd
+    kv1_line = next(line for line in text.splitlines() if line.startswith("# kv1"))
+    assert "+0.500" in kv1_line                                         # against base's mean
+    fake_runs.clear()
+    assert ablate.main(args + ["--seeds", "0", "1", "2", "3"]) == 0     # resumed: only seed 3 is new
+    assert fake_runs == [("base", 3e-3, 3), ("nope", 3e-3, 3), ("kv1", 1.5e-3, 3)]
+    fake_runs.clear()
+    assert ablate.main(args + ["--dry-run"]) == 0 and fake_runs == []
+    assert "0 of 9 grid runs to do, then at most 0 runs" in capsys.readouterr().out
+    assert ablate.main(args + ["--dry-run", "--seeds", "0", "4"]) == 0
+    assert "then at most 3 runs" in capsys.readouterr().out
+
+
+def test_the_tool_refuses_what_it_cannot_run(fake_runs, tmp_path):
+    for bad in (["--variants", "huge"], ["--lrs", "0"], ["--seeds", "1", "1"], ["--minutes", "0"]):
+        with pytest.raises(SystemExit):
+            ablate.main(bad + ["--log", str(tmp_path / "x.log")])
+    (tmp_path / "bad.log").write_text("not json\n")
+    with pytest.raises(SystemExit):
+        ablate.main(["--log", str(tmp_path / "bad.log")])
+    assert fake_runs == []
+    assert json.loads(json.dumps(ablate.key("base", 3e-3, 0, 0.5))) == ["base", 3e-3, 0, 0.5]

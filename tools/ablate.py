@@ -1,0 +1,173 @@
+"""Ablations: each variant of the block, tuned over a learning-rate grid, then its best rate at 3 seeds.
+
+    python tools/ablate.py --minutes 3 --log tinylm/data/runs/ablate_3min.log           # every variant
+    python tools/ablate.py --minutes 3 --log runs/ablate.log --variants base nope --dry-run  # the plan only
+
+Stage 1: every variant (tools/sweep.py's VARIANTS: one swap each from the base model) at every --lrs, with
+min_lr = lr / 10 and --seeds' first seed. Stage 2: the variant's best learning rate (lowest validation bits
+per byte in stage 1) at the other --seeds. Every run is tools/sweep.py's `run_one`: the same Shakespeare
+train works, tokenizer, batches and wall-clock --minutes, scored on the validation works in bits per byte.
+
+The log gets one JSON line per run (variant, lr, seed, minutes, and sweep's fields); a run whose variant,
+lr, seed and minutes are already in the log is not run again, so the same command resumes a stopped
+ablation. A run that diverges is logged with val_bpb null and never chosen. At the end: the mean, sample
+standard deviation and range over the seeds at the chosen rate, printed and appended to the log as '#'
+lines. The chosen rate is the best of the first seed, so that seed's score is slightly optimistic. Run it
+alone on the machine: a timed run beside another job measures the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sweep  # noqa: E402  (puts the repository on sys.path)
+
+import torch  # noqa: E402
+
+from tinylm import corpus  # noqa: E402
+from tinylm.train import TrainingDiverged  # noqa: E402
+from tinylm.train.measure import matmul_peak_flops  # noqa: E402
+
+LRS = (1.5e-3, 3e-3, 6e-3)   # around the base run's 3e-3, a factor of 2 each way
+SEEDS = (0, 1, 2)
+
+
+def run_name(variant: str, lr: float, seed: int) -> str:
+    """The sweep configuration of one ablation run: 'nope+lr=0.003+min_lr=0.0003+seed=1'."""
+    return f"{variant}+lr={lr!r}+min_lr={lr / 10:.6g}+seed={seed}"
+
+
+def read_log(path: Path) -> list[dict]:
+    """The runs already in the log (its JSON lines; '#' lines are comments)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip() and not line.startswith("#"):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise ValueError(f"{path}, line {n} is not a JSON run line; remove it or use another --log") from None
+    return rows
+
+
+def key(variant: str, lr: float, seed: int, minutes: float) -> tuple:
+    return variant, float(lr), int(seed), float(minutes)
+
+
+def find(rows: list[dict], variant: str, lr: float, seed: int, minutes: float) -> dict | None:
+    want = key(variant, lr, seed, minutes)
+    return next((r for r in rows if key(r["variant"], r["lr"], r["seed"], r["minutes"]) == want), None)
+
+
+def best_lr(rows: list[dict], variant: str, lrs: list[float], seed: int, minutes: float) -> float | None:
+    """The grid's learning rate with the lowest val bpb at seed (None: every one diverged or is missing)."""
+    scored = [(r["val_bpb"], lr) for lr in lrs if (r := find(rows, variant, lr, seed, minutes))
+              and r["val_bpb"] is not None]
+    return min(scored)[1] if scored else None
+
+
+def run(variant: str, lr: float, seed: int, minutes: float, texts: dict, cache: Path, peak: float) -> dict:
+    """One run as a log row; a diverged run has val_bpb None and the error."""
+    base = {"variant": variant, "lr": lr, "seed": seed, "minutes": minutes, "changes": sweep.VARIANTS[variant]}
+    try:
+        row = sweep.run_one(run_name(variant, lr, seed), minutes, texts, cache, peak)
+    except TrainingDiverged as e:
+        return {**base, "val_bpb": None, "diverged": str(e).splitlines()[0]}
+    return {**base, **row, "load": round(os.getloadavg()[0], 1)}
+
+
+def summary(rows: list[dict], variants: list[str], lrs: list[float], seeds: list[int], minutes: float) -> str:
+    """Mean, sample standard deviation and range of val bpb over the seeds at each variant's chosen rate."""
+    head = (f"{'variant':11s} {'params':>9s} {'lr':>7s} {'seeds':>5s} {'mean bpb':>8s} {'sd':>6s} {'min':>6s} "
+            f"{'max':>6s} {'vs base':>7s}")
+    lines = [f"val bits per byte after {minutes:g} min; lr grid {', '.join(f'{lr:g}' for lr in lrs)}, "
+             f"chosen at seed {seeds[0]}; seeds {', '.join(map(str, seeds))}", head, "-" * len(head)]
+    means = {}
+    for v in variants:
+        lr = best_lr(rows, v, lrs, seeds[0], minutes)
+        done = [r for s in seeds if lr is not None and (r := find(rows, v, lr, s, minutes))]
+        scores = [r["val_bpb"] for r in done if r["val_bpb"] is not None]
+        if not scores:
+            lines.append(f"{v:11s} {'':>9s} {'':>7s} {0:>5} diverged or not run")
+            continue
+        means[v] = mean = statistics.fmean(scores)
+        sd = statistics.stdev(scores) if len(scores) > 1 else math.nan
+        delta = f"{mean - means['base']:+7.3f}" if "base" in means and v != "base" else ""
+        lines.append(f"{v:11s} {done[0]['params']:>9,} {lr:>7.0e} {len(scores):>5} {mean:>8.3f} {sd:>6.3f} "
+                     f"{min(scores):>6.3f} {max(scores):>6.3f} {delta:>7s}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", nargs="+", default=list(sweep.VARIANTS),
+                   help=f"names from tools/sweep.py's VARIANTS (default all, base first): {', '.join(sweep.VARIANTS)}")
+    p.add_argument("--lrs", nargs="+", type=float, default=list(LRS), help="the learning-rate grid (default %(default)s)")
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS),
+                   help="seeds; the grid runs at the first (default %(default)s)")
+    p.add_argument("--minutes", type=float, default=3.0, help="wall-clock budget of each run (default 3)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--log", type=Path, required=True, help="log file, appended to and resumed from")
+    p.add_argument("--cache", type=Path, default=Path("runs/tokenizers"), help="tokenizers, one per vocabulary")
+    p.add_argument("--dry-run", action="store_true", help="print the runs still to do, and run none")
+    args = p.parse_args(argv)
+    unknown = [v for v in args.variants if v not in sweep.VARIANTS]
+    if unknown:
+        p.error(f"unknown variant(s) {unknown}; choose from {list(sweep.VARIANTS)}")
+    if args.minutes <= 0 or any(lr <= 0 for lr in args.lrs) or len(set(args.seeds)) != len(args.seeds):
+        p.error("--minutes and every --lrs must be positive, and --seeds distinct")
+    try:
+        rows = read_log(args.log)
+    except ValueError as e:
+        p.error(str(e))
+    first, rest = args.seeds[0], args.seeds[1:]
+    grid = [(v, lr, first) for v in args.variants for lr in args.lrs]
+    todo = [r for r in grid if not find(rows, *r, args.minutes)]
+    if args.dry_run:
+        lrs = {v: best_lr(rows, v, args.lrs, first, args.minutes) for v in args.variants}
+        later = sum(len(rest) if lr is None else sum(not find(rows, v, lr, s, args.minutes) for s in rest)
+                    for v, lr in lrs.items())
+        print(f"{len(todo)} of {len(grid)} grid runs to do, then at most {later} runs of the other seeds at the "
+              f"best rates: at most {(len(todo) + later) * args.minutes:g} minutes of training, plus scoring")
+        for r in todo:
+            print("  ", run_name(*r))
+        return 0
+    torch.set_num_threads(args.threads)
+    texts = {split: corpus.shakespeare_text(split) for split in ("train", "val")}
+    peak = matmul_peak_flops()
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.log, "a") as log:
+        log.write(sweep.header("tools/ablate.py", argv if argv is not None else sys.argv[1:], args.threads, peak))
+
+        def do(variant: str, lr: float, seed: int) -> None:
+            if find(rows, variant, lr, seed, args.minutes):
+                return
+            row = run(variant, lr, seed, args.minutes, texts, args.cache, peak)
+            rows.append(row)
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+            print(json.dumps(row), flush=True)
+
+        for variant, lr, seed in grid:
+            do(variant, lr, seed)
+        for variant in args.variants:
+            lr = best_lr(rows, variant, args.lrs, first, args.minutes)
+            for seed in rest if lr is not None else ():
+                do(variant, lr, seed)
+        text = summary(rows, args.variants, args.lrs, args.seeds, args.minutes)
+        log.write("\n".join("# " + line for line in text.splitlines()) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
