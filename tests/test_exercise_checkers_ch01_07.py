@@ -89,3 +89,88 @@ def test_ch03_causal_mask():
 
     assert refused(check(by_positions), calls=True)
     assert refused(check(by_model), calls=True)
+
+
+def test_ch04_rope():
+    ns = chapter_checker("04_rope")
+    check, ref, np = ns["check"], ns["ref"], ns["np"]
+    assert check(ns["rope"]).passed
+    assert refused(check(ns["rope_half_exponent"]))
+    assert refused(check(lambda x, positions, base=10000.0: ref.rope(x, positions, base)), calls=True)
+
+    def by_tables(x, positions, base=10000.0):
+        cos, sin = ref.rope_tables(x.shape[-1], int(np.max(positions)) + 1, base)
+        return ref.apply_rope(x, cos[positions], sin[positions])
+
+    def by_speeds(x, positions, base=10000.0):
+        return ref.rope_with_inv_freq(x, positions, ref.rope_inv_freq(x.shape[-1], base))
+
+    assert refused(check(by_tables), calls=True)
+    assert refused(check(by_speeds), calls=True)
+
+
+def test_ch05_gqa_attention():
+    ns = chapter_checker("05_gqa_kv_cache")
+    check, ref, np = ns["check"], ns["ref"], ns["np"]
+    assert check(ns["gqa_attention"]).passed
+    assert refused(check(ns["gqa_attention_no_offset"]))
+    assert refused(check(lambda q, k, v: ref.attention(q, k, v)), calls=True)
+
+    # written in the chapter's namespace, as a learner would: repeat_kv is the name the chapter imported
+    exec("""def by_repeat_kv(q, k, v):
+    n_rep = q.shape[1] // k.shape[1]
+    k, v = (repeat_kv(torch.from_numpy(a), n_rep).numpy() for a in (k, v))
+    T, S = q.shape[2], k.shape[2]
+    s = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])
+    s = np.where(np.tril(np.ones((T, S), dtype=bool), S - T), s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return w / w.sum(-1, keepdims=True) @ v
+""", ns)
+    by_repeat_kv = ns["by_repeat_kv"]
+
+    def by_torch_attention(q, k, v):
+        import torch
+        out = ns["tinylm"].model.attention(*(torch.from_numpy(a) for a in (q, k, v)))
+        return out.numpy()
+
+    assert refused(check(by_repeat_kv), calls=True)
+    assert refused(check(by_torch_attention), calls=True)
+
+
+def test_ch06_swiglu():
+    ns = chapter_checker("06_swiglu")
+    check, ref, np, torch = ns["check"], ns["ref"], ns["np"], ns["torch"]
+    assert check(ns["swiglu"]).passed
+    assert refused(check(ns["swiglu_sigmoid_gate"]))
+    assert refused(check(lambda x, g, u, d: ref.swiglu(x, g, u, d)), calls=True)
+    assert refused(check(lambda x, g, u, d: (ref.silu(x @ g.T) * (x @ u.T)) @ d.T), calls=True)
+
+    def by_module(x, g, u, d):
+        mlp = ns["SwiGLU"](g.shape[1], g.shape[0]).double()
+        with torch.no_grad():
+            for layer, w in ((mlp.gate_proj, g), (mlp.up_proj, u), (mlp.down_proj, d)):
+                layer.weight.copy_(torch.from_numpy(w))
+            return mlp(torch.from_numpy(x)).numpy()
+
+    assert refused(check(by_module), calls=True)
+
+
+def test_ch07_block_forward():
+    ns = chapter_checker("07_assembling")
+    check = ns["check"]
+    assert check(ns["block_forward"]).passed
+    assert refused(check(ns["block_forward_norms_swapped"]))
+
+    def one_norm_twice(block, x, cos, sin):
+        x = x + block.self_attn(block.input_layernorm(x), cos, sin)
+        return x + block.mlp(block.input_layernorm(x))
+
+    def calls_it(block, x, cos, sin):
+        return block(x, cos, sin)
+
+    def calls_forward(block, x, cos, sin):
+        return ns["tinylm"].Block.forward(block, x, cos, sin)
+
+    assert refused(check(one_norm_twice))
+    assert refused(check(calls_it), calls=True)
+    assert refused(check(calls_forward), calls=True)
