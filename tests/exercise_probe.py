@@ -4,8 +4,9 @@
 
 `candidates(ns)` lists what the learner can call at that point: every callable name of the namespace (functions,
 classes, callable objects such as a model), the functions and classes of every module there that belongs to a
-library an exercise could be bypassed with (tinylm, and gguf for the GGUF exercise), one submodule deep, and the
-methods of the namespace's tinylm objects (a tokenizer's `encode`). `run(...)` then calls the chapter's `check`
+library an exercise could be bypassed with (tinylm, and gguf for the GGUF exercise), one submodule deep, the
+methods of tinylm's classes (`Block.forward`, called with the block) and of the namespace's tinylm objects (a
+tokenizer's `encode`). `run(...)` then calls the chapter's `check`
 with each candidate in place of the learner's function and says which pass.
 """
 
@@ -55,9 +56,14 @@ def candidates(ns: dict, skip: set[str]) -> list[tuple[str, object]]:
 
     def add(label: str, value) -> None:
         key = id(getattr(value, "__func__", value)), id(getattr(value, "__self__", None))
-        if key not in seen:
-            seen.add(key)
-            found.append((label, value))
+        if key in seen:
+            return
+        seen.add(key)
+        found.append((label, value))
+        if isinstance(value, type) and _root(value.__module__) == "tinylm":   # Block.forward(block, ...) too
+            for attr, method in vars(value).items():
+                if not attr.startswith("_") and inspect.isfunction(method):
+                    add(f"{label}.{attr}", method)
 
     for name, value in sorted(ns.items()):
         if name.startswith("_") or name in IPYTHON_NAMES or name in skip:

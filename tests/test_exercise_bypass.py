@@ -1,12 +1,13 @@
 # No exercise can be passed by calling something the chapter already has. Run one chapter:
 #   .venv/bin/python -m pytest tests/test_exercise_bypass.py -k 10_tokenizer
 # (marked e2e: it executes every chapter with an exercise, minutes in all; `make unit` skips it, `make test` runs it)
-"""Each chapter is executed as nbval executes it (a kernel of this environment, in chapters/, with conftest.py's
-CPU pins), cell by cell. At each exercise (a cell tagged `exercise`), before the learner's cell:
+"""Each chapter is executed as nbval executes it (a kernel of this environment, with conftest.py's CPU pins; in a
+temporary folder, as the chapters read no file by a relative path), cell by cell. At each exercise (a cell tagged
+`exercise`), before the learner's cell:
 
 1. every callable the learner could reach there is listed (tests/exercise_probe.py says which: the namespace's
    functions, classes and callable objects, the functions of the tinylm and gguf modules it holds, one submodule
-   deep, and the methods of its tinylm objects);
+   deep, the methods of tinylm's classes and of its tinylm objects);
 2. the chapter's solution cell (tagged `solution`) runs in place of the learner's cell;
 3. the exercise's checker (`check`, called as the exercise cell calls it) must pass the solution, and must
    refuse each listed callable put in place of the solution (in each argument position, for a checker of two).
@@ -89,17 +90,18 @@ def marked_output(cell) -> str:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("chapter", WITH_EXERCISES)
-def test_no_callable_in_the_chapter_passes_its_exercise(chapter, monkeypatch):
+def test_no_callable_in_the_chapter_passes_its_exercise(chapter, monkeypatch, tmp_path):
     from nbclient import NotebookClient
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(CHAPTERS / chapter, as_version=4)
     todo = exercises(nb)
     skip_cells = {i for i, _ in todo}                 # the learner's cells: the solution runs in their place
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(CHAPTERS)}})
+    # the kernel works in a temporary folder: a candidate such as a `save` method writes there, if anywhere
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
     problems, reports = [], []
     with client.setup_kernel():
-        for i, cell in enumerate(nb.cells):
+        for i, cell in list(enumerate(nb.cells)):   # the probe's cells are appended to nb.cells as they run
             if cell.cell_type != "code" or i in skip_cells:
                 continue
             at = [(e, s) for e, s in todo if s == i]
@@ -107,12 +109,14 @@ def test_no_callable_in_the_chapter_passes_its_exercise(chapter, monkeypatch):
                 exercise = at[0][0]
                 names = checked_names(nb.cells[exercise].source)
                 listing = nbformat.v4.new_code_cell(listing_source(names))
-                client.execute_cell(listing, len(nb.cells))
+                nb.cells.append(listing)
+                client.execute_cell(listing, len(nb.cells) - 1)
                 n_found = int(marked_output(listing))
             client.execute_cell(cell, i)
             if at:
                 probe = nbformat.v4.new_code_cell(probe_source(names))
-                client.execute_cell(probe, len(nb.cells))
+                nb.cells.append(probe)
+                client.execute_cell(probe, len(nb.cells) - 1)
                 report = json.loads(marked_output(probe))
                 what = f"{chapter}, exercise {', '.join(names)} (cell {exercise})"
                 reports.append(f"{what}: {report['tried']} callables of {n_found} tried")

@@ -199,4 +199,4 @@ def test_the_readme_fits_on_a_screen_and_every_link_of_the_docs_resolves():
             assert path.is_file(), f"{page.relative_to(ROOT)} links {target[0]}, which does not exist"
             if target[1]:
                 headings = re.findall(r"^#+\s+(.*)$", path.read_text(encoding="utf-8"), re.M)
-                assert target[1][1:] in {anchor(h) for h in headings}, f"{page.name}: no heading {target[1]} in {path.name}"
+                assert target[1][1:] in {anchor(h) for h in headings}, f"{page.name}: {path.name} has no {target[1]}"
