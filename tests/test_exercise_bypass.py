@@ -119,7 +119,7 @@ def test_no_callable_in_the_chapter_passes_its_exercise(chapter, monkeypatch, tm
                 client.execute_cell(probe, len(nb.cells) - 1)
                 report = json.loads(marked_output(probe))
                 what = f"{chapter}, exercise {', '.join(names)} (cell {exercise})"
-                reports.append(f"{what}: {report['tried']} callables of {n_found} tried")
+                reports.append(f"{what}: {n_found} callables, {report['tried']} checker calls")
                 passed, verdict = report["solution"]
                 if not passed:
                     problems.append(f"{what}: the checker refuses the chapter's own solution: {verdict}")
