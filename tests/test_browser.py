@@ -359,6 +359,24 @@ def test_every_code_cell_fits_its_box_at_a_laptop_width(visit, chapter):
         assert not overflowing, f"{chapter}: {len(overflowing)} code cells wider than their box"
 
 
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_printed_output_and_prose_code_block_fits_its_box_at_a_laptop_width(visit, chapter):
+    """At a 1280-px window no printed output (a cell's stream or text result) and no code block of the prose
+    scrolls sideways: print narrower (fewer columns, rounding, a table that wraps). Lists every offender, with
+    its longest line, so that each can be fixed in its chapter."""
+    page = visit(f"{chapter}.html").page
+    blocks = page.evaluate("""() => Array.from(document.querySelectorAll('.cell_output pre, article pre'))
+        .filter(e => e.closest('.cell_output') || !e.closest('.cell'))
+        .filter(e => e.scrollWidth > e.clientWidth).map(e => ({
+            where: e.closest('.cell_output') ? 'output' : 'prose',
+            longest: e.textContent.split('\\n').reduce((a, l) => l.length > a.length ? l : a, ''),
+            over: e.scrollWidth - e.clientWidth}))""")
+    offenders = [f"{b['where']} ({len(b['longest'])} characters, {b['over']} px too wide): {b['longest'][:80]!r}"
+                 for b in blocks]
+    assert not offenders, f"{chapter}: {len(offenders)} outputs or prose code blocks scroll sideways:\n" + "\n".join(
+        offenders)
+
+
 AXE_JS = None
 # axe's rules at impact "moderate" or "minor" that the book keeps everywhere, and why. Serious and critical:
 # none kept, anywhere.

@@ -177,3 +177,26 @@ def test_ci_runs_the_pythons_the_readme_supports():
     assert claim and set(claim.groups()) == supported, f"the README must name the tested Pythons {sorted(supported)}"
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert f'requires-python = ">={min(supported)}"' in pyproject
+
+
+def test_the_readme_fits_on_a_screen_and_every_link_of_the_docs_resolves():
+    """README.md: at most about 6 kB, the test command `make test`, a link to each page of docs/; every relative
+    link of the README and of docs/*.md names a file that exists (an anchor, a heading of that file)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.encode()) <= 6 * 1024, f"README.md is {len(readme.encode()):,} bytes: move detail to docs/"
+    assert "The test command is `make test`" in readme
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert pages and all(f"](docs/{p.name})" in readme for p in pages), "the README must link every page of docs/"
+
+    def anchor(heading: str) -> str:                 # GitHub's: lower case, punctuation dropped, spaces to -
+        return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+    for page in [ROOT / "README.md", *pages]:
+        for target in re.findall(r"\]\(([^)#:\s]+\.md)?(#[^)\s]+)?\)", page.read_text(encoding="utf-8")):
+            path = (page.parent / target[0]).resolve() if target[0] else page
+            assert path.is_file(), f"{page.relative_to(ROOT)} links {target[0]}, which does not exist"
+            if target[1]:
+                headings = re.findall(r"^#+\s+(.*)$", path.read_text(encoding="utf-8"), re.M)
+                assert target[1][1:] in {anchor(h) for h in headings}, f"{page.name}: {path.name} has no {target[1]}"

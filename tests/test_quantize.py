@@ -154,8 +154,8 @@ def test_head_option_keeps_an_fp32_tied_head():
 # ---------------------------------------------------------------------------------------------
 # SmolLM2-135M-Instruct: each format against fp32 on English prose (slow: the real model)
 # ---------------------------------------------------------------------------------------------
-# Measured (Python 3.11's pydoc topics, 1,024 tokens, torch 2.13 on AVX2): see the README's benchmark
-# section; thresholds leave room for another CPU's rounding.
+# Measured (Python 3.11's pydoc topics, 1,024 tokens, torch 2.13 on AVX2): see docs/benchmarks.md
+# (weight formats); thresholds leave room for another CPU's rounding.
 # w8a8, Intel AVX-512 machine, torch 2.13: +1.44% unpinned, +1.92% under tools/numerics.py's pins in one
 # process, +2.47% in the full test run (per-token 8-bit activations: which values round up changes with the
 # last bit of the fp32 activations, and 30 layers carry it on); so the bound is 3%, not the issue's 2%.

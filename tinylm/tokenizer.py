@@ -18,9 +18,9 @@ Specials are control signals, not text: `encode(text)` treats the string "<eos>"
 characters, and only `encode(text, allow_specials=True)` maps special strings to their ids. Merges never
 produce a special id, so ordinary text can never forge one.
 
-A tokenizer file is data, never code: its split pattern is one of SPLIT_PATTERNS, named (a file cannot
-bring its own regular expression, which could drop text or never finish), and token lengths are capped
-(MAX_TOKEN_BYTES, MAX_VOCAB_BYTES), so that a few hundred bytes of merges cannot describe terabytes.
+A tokenizer file is data, never code: its split pattern is one of SPLIT_PATTERNS, named
+(`tinylm.split_patterns`), and token lengths are capped (MAX_TOKEN_BYTES, MAX_VOCAB_BYTES:
+`tinylm.vocab_layout`), so that a few hundred bytes of merges cannot describe terabytes.
 """
 
 from __future__ import annotations
@@ -36,55 +36,14 @@ from typing import Any, Iterable
 from ._checks import check_bool, check_header, check_int, is_int
 from ._loading import as_path, unique_keys
 from .chat_template import COURSE, ChatTemplate
-
-# ---------------------------------------------------------------------------------------------
-# Split patterns: text -> pieces. Merges happen inside a piece only, so tokens never cross a piece.
-# Every character falls into exactly one branch of each, so the pieces always join back to the text.
-# ---------------------------------------------------------------------------------------------
-# The course's: GPT-2's split written for Python's `re` (no \p{L}): an optional space followed by letters,
-# or digits, or other symbols; English contractions; runs of whitespace. [^\W\d_] is "a letter": word
-# characters minus digits and underscore (it also counts ² and ½ as letters, where \p{L} would not).
-PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"""
-# GPT-2's own (Unicode classes, for the `regex` package).
-GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-# SmolLM/SmolLM2: every digit is a piece of its own, then GPT-2's split (llama.cpp's "smollm"; the
-# tokenizer.json's Sequence[Digits(individual_digits=True), ByteLevel]), folded into one expression: a digit
-# ends a whitespace run as the end of the text would, since GPT-2's split only ever saw the text between digits.
-SMOLLM_PATTERN = r"""\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"""
-# Qwen2/Qwen3 and Llama 3 (llama.cpp's "qwen2" and "llama-bpe"): numbers one digit, or up to three.
-QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-                 r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
-LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-                  r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
-SPLIT_PATTERNS = {"tinylm": PATTERN, "gpt2": GPT2_PATTERN, "smollm": SMOLLM_PATTERN, "qwen2": QWEN2_PATTERN,
-                  "llama-bpe": LLAMA3_PATTERN}
+from .split_patterns import (GPT2_PATTERN, LLAMA3_PATTERN, PATTERN, QWEN2_PATTERN, SMOLLM_PATTERN,  # noqa: F401
+                             SPLIT_PATTERNS, compile_pattern, split_pattern)
+from .vocab_layout import MAX_TOKEN_BYTES, MAX_VOCAB_BYTES, build_vocabulary, check_ids, check_specials  # noqa: F401
 
 DEFAULT_SPECIALS = ("<bos>", "<|user|>", "<|assistant|>", "<eos>")
 FORMAT, VERSION = "tinylm-bpe", 2     # version 1 files (the course's layout only) still load
-MAX_TOKEN_BYTES = 4096                # longest token a file may describe (real vocabularies: < 300 bytes)
-MAX_VOCAB_BYTES = 64 * 2**20          # all tokens together (SmolLM2: 0.4 MB)
 MAX_FILE_BYTES = 32 * 2**20           # a tokenizer file (SmolLM2's: 1 MB; parsing takes ~10x its size in memory)
 _CACHE_ITEMS, _CACHE_PIECE = 100_000, 256   # encoded pieces kept (short pieces only)
-
-
-def split_pattern(name_or_pattern: str) -> tuple[str, str]:
-    """(name, pattern) of a known split pattern, given its name or its exact text; ValueError otherwise."""
-    for name, pattern in SPLIT_PATTERNS.items():
-        if name_or_pattern in (name, pattern):
-            return name, pattern
-    raise ValueError(f"unknown split pattern {str(name_or_pattern)[:80]!r}: choose one of {sorted(SPLIT_PATTERNS)} "
-                     "(a tokenizer never runs a regular expression that a file brings)")
-
-
-def _compile(pattern: str):
-    """\\p{L}-style classes need the `regex` package; the course's pattern runs on Python's `re`."""
-    if r"\p{" not in pattern:
-        return re.compile(pattern)
-    try:
-        import regex
-    except ImportError:
-        raise ImportError("this split pattern needs the `regex` package: pip install regex") from None
-    return regex.compile(pattern)
 
 
 class BPETokenizer:
@@ -102,22 +61,23 @@ class BPETokenizer:
                  pattern: str = "tinylm", *, byte_ids: Iterable[int | None] | None = None,
                  merge_ids: Iterable[int] | None = None, special_ids: Iterable[int] | None = None,
                  bos: str | None = None, eos: str | None = None, chat_template: ChatTemplate | None = None):
-        _check_specials(specials)
+        check_specials(specials)
         self.specials = tuple(specials)
         self.pattern_name, self.pattern = split_pattern(pattern)
-        self._split = _compile(self.pattern)
+        self._split = compile_pattern(self.pattern)
         if not isinstance(merges, (list, tuple)):
             raise ValueError(f"merges must be a list of (left id, right id) pairs, got {type(merges).__name__}")
         self.merges = [tuple(m) if type(m) is list else m for m in merges]   # JSON gives lists
-        self.byte_ids = _check_ids("byte_ids", list(range(256)) if byte_ids is None else list(byte_ids), 256,
-                                   allow_none=True)
+        self.byte_ids = check_ids("byte_ids", list(range(256)) if byte_ids is None else list(byte_ids), 256,
+                                  allow_none=True)
         n_ordinary = len(set(self.byte_ids) - {None}) + len(self.merges)
-        self.merge_ids = _check_ids("merge_ids", list(range(n_ordinary - len(self.merges), n_ordinary))
-                                    if merge_ids is None else list(merge_ids), len(self.merges))
-        ids = _check_ids("special_ids", list(range(n_ordinary, n_ordinary + len(self.specials)))
-                         if special_ids is None else list(special_ids), len(self.specials))
+        self.merge_ids = check_ids("merge_ids", list(range(n_ordinary - len(self.merges), n_ordinary))
+                                   if merge_ids is None else list(merge_ids), len(self.merges))
+        ids = check_ids("special_ids", list(range(n_ordinary, n_ordinary + len(self.specials)))
+                        if special_ids is None else list(special_ids), len(self.specials))
         self.special_ids = dict(zip(self.specials, ids))
-        self._bytes = self._build_vocabulary()    # id -> bytes (a special: its string as UTF-8)
+        # id -> bytes (a special: its string as UTF-8)
+        self._bytes = build_vocabulary(self.byte_ids, self.merge_ids, self.special_ids, self.merges)
         self.merges = [(int(a), int(b)) for a, b in self.merges]   # numpy ints -> int
         V = len(self._bytes)
         self._byte_to_id = [-1 if i is None else i for i in self.byte_ids]
@@ -133,49 +93,6 @@ class BPETokenizer:
         self._special_split = (re.compile("(" + "|".join(map(re.escape, longest_first)) + ")")
                                if self.specials else None)
         self._cache: dict[str, list[int]] = {}  # piece -> ids; text repeats the same words again and again
-
-    def _build_vocabulary(self) -> list[bytes]:
-        """The bytes of every id, merge by merge, checking the layout and the size caps as it goes."""
-        owner: dict[int, str] = {}
-        for kind, ids in (("byte", self.byte_ids), ("merge", self.merge_ids), ("special", self.special_ids.values())):
-            for i in ids:
-                if i in owner:
-                    raise ValueError(f"id {i} is given twice (a {owner[i]} token and a {kind} token)")
-                if i is not None:
-                    owner[i] = kind
-        V = len(owner)
-        if set(owner) != set(range(V)):
-            raise ValueError(f"the ids must be 0 ... {V - 1} without gaps; missing {sorted(set(range(V)) - set(owner))[:5]}")
-        vocab: list[bytes | None] = [None] * V
-        for b, i in enumerate(self.byte_ids):
-            if i is not None:
-                vocab[i] = bytes([b])
-        for s, i in self.special_ids.items():
-            vocab[i] = s.encode("utf-8")
-        total = 0
-        seen: set[tuple[int, int]] = set()
-        made = [b is not None for b in vocab]          # ids a merge may join: bytes now, merge results later
-        for i in self.special_ids.values():
-            made[i] = False
-        for r, m in enumerate(self.merges):
-            if not (type(m) is tuple and len(m) == 2 and is_int(m[0]) and is_int(m[1])):
-                raise ValueError(f"merge {r} must be a pair of ints, got {m!r}")
-            a, b = m
-            if not (0 <= a < V and 0 <= b < V and made[a] and made[b]):
-                raise ValueError(f"merge {r} = {m} may only join tokens made before it (byte tokens and the results "
-                                 f"of merges 0 ... {r - 1}), never specials")
-            if m in seen:
-                raise ValueError(f"merges contain the same pair twice: {m}")
-            seen.add(m)
-            made[self.merge_ids[r]] = True
-            new = vocab[a] + vocab[b]
-            total += len(new)
-            if len(new) > MAX_TOKEN_BYTES or total > MAX_VOCAB_BYTES:
-                raise ValueError(f"merge {r} makes a token of {len(new):,} bytes ({total:,} bytes in all tokens so far); "
-                                 f"a tokenizer's tokens are capped at {MAX_TOKEN_BYTES:,} bytes each and "
-                                 f"{MAX_VOCAB_BYTES:,} in all: this is not a real vocabulary")
-            vocab[self.merge_ids[r]] = new
-        return vocab
 
     def _special_name(self, what: str, given: str | None, default: str) -> str | None:
         if given is None:
@@ -199,7 +116,7 @@ class BPETokenizer:
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
         check_int("vocab_size", vocab_size)
-        _check_specials(specials)
+        check_specials(specials)
         specials = tuple(specials)
         n_merges = vocab_size - 256 - len(specials)
         if n_merges < 0:
@@ -465,21 +382,3 @@ def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
             out.append(ids[i])
             i += 1
     return out
-
-
-def _check_ids(name: str, ids: list[Any], n: int, allow_none: bool = False) -> list[int | None]:
-    if len(ids) != n:
-        raise ValueError(f"{name} must hold {n} ids, got {len(ids)}")
-    for i in ids:
-        if not ((i is None and allow_none) or (is_int(i) and i >= 0)):
-            raise ValueError(f"{name} must hold ints >= 0{' or None' if allow_none else ''}, got {i!r}")
-    return [None if i is None else int(i) for i in ids]
-
-
-def _check_specials(specials: Any) -> None:
-    if isinstance(specials, str) or not isinstance(specials, (tuple, list)):
-        raise ValueError(f"specials must be a tuple of strings such as ('<eos>',), got {specials!r}")
-    if not all(isinstance(s, str) and s for s in specials):
-        raise ValueError(f"specials must be non-empty strings, got {list(specials)!r}")
-    if len(set(specials)) != len(specials):
-        raise ValueError(f"specials must be distinct, got {list(specials)!r}")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The lower bounds pyproject.toml declares, tested: a venv with exactly the floor versions (and the pinned
-# torch: its floor, 2.5, is justified in the README rather than tested), then `make unit`. transformers is not
+# torch: its floor, 2.5, is justified in docs/pythons.md rather than tested), then `make unit`. transformers is not
 # installed (it needs newer versions than these floors), so the tests that compare with it fail here.
 #
 # Usage: tools/check_floors.sh PYTHON VENV [TORCH]   e.g. tools/check_floors.sh python3.11 /tmp/floors torch==2.13.0

@@ -1,0 +1,80 @@
+"""What a chapter shows beside its prose: glued numbers, the plot style, tables, element ids from keys."""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any, Sequence
+
+
+# ---------------------------------------------------------------------------------------------
+# Glue: numbers computed in a chapter, used in its prose
+# ---------------------------------------------------------------------------------------------
+def glue(name: str, value: Any, display: bool = False) -> None:
+    """myst-nb's `glue` when it is installed (building the book, running the tests); elsewhere (Colab) the
+    value has no page to go to, so it is only shown when display=True."""
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        if display:
+            from IPython.display import display as show
+
+            show(value)
+        return
+    myst_glue(name, value, display=display)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plot style
+# ---------------------------------------------------------------------------------------------
+def plot_style() -> None:
+    """One look for every figure of the course (call once per chapter)."""
+    import matplotlib as mpl
+
+    mpl.rcParams.update({
+        "figure.figsize": (6.4, 3.6), "figure.dpi": 100, "savefig.dpi": 100,
+        "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
+        "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9, "font.size": 10,
+        "svg.hashsalt": "tinylm",  # deterministic SVG ids
+    })
+
+
+def _slug(key: str) -> str:
+    slug = re.sub(r"[^a-zA-Z0-9]+", "-", key).strip("-").lower()
+    if not slug:
+        raise ValueError(f"key must contain letters or digits, got {key!r}")
+    return slug
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables: aligned text for nbval and notebooks, an HTML table in the book
+# ---------------------------------------------------------------------------------------------
+class Table:
+    """rows of cells under headers; numbers are formatted by the caller (so what is printed is what is meant)."""
+
+    def __init__(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str = ""):
+        if any(len(r) != len(headers) for r in rows):
+            raise ValueError(f"every row needs {len(headers)} cells, one per header")
+        self.headers, self.rows, self.title = [str(h) for h in headers], [[str(c) for c in r] for r in rows], title
+
+    def __repr__(self) -> str:
+        widths = [max(len(x) for x in col) for col in zip(self.headers, *self.rows)]
+        fmt = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        lines = ([self.title] if self.title else []) + [fmt(self.headers), fmt(["-" * w for w in widths])]
+        return "\n".join(lines + [fmt(r) for r in self.rows])
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.rows)
+        caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
+        return f'<table class="tl-table">{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> Table:
+    """Show rows as a table; leave it as the last expression of a cell."""
+    return Table(headers, rows, title)
+
+
+def millions(n: int | float, digits: int = 1) -> str:
+    """63_910_656 -> '63.9M'."""
+    return f"{n / 1e6:.{digits}f}M"
