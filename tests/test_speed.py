@@ -52,3 +52,28 @@ def test_decode_seconds_times_one_step_of_a_batch():
     one = speed.decode_seconds(model, torch.zeros(1, 4, dtype=torch.long), 4, repeats=1)
     four = speed.decode_seconds(model, torch.zeros(4, 4, dtype=torch.long), 4, repeats=1)
     assert 0 < one < 1 and 0 < four < 1
+
+
+def test_timed_glue_reads_back_as_a_number_and_only_it_is_masked_for_nbval():
+    import ast
+    import configparser
+    import re
+    from pathlib import Path
+
+    from tinylm.book import Timed
+
+    text = repr(Timed(15.625))
+    assert ast.literal_eval(text) == 15.625 and float(Timed(2.5)) == 2.5
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).parents[1] / "nbval_sanitize.cfg")
+
+    def sanitize(s: str) -> str:
+        for section in cfg.sections():
+            s = re.sub(cfg[section]["regex"], cfg[section]["replace"], s)
+        return s
+    assert sanitize(text) == sanitize(repr(Timed(3.0)))                     # timings: masked
+    assert sanitize("15.6 tok/s") == sanitize("  9.1 tok/s")
+    assert sanitize("1.73×") == sanitize("0.9×")
+    assert sanitize("CPU has: avx2 fma") == sanitize("CPU has: avx2 avx512f")
+    for plain in ("15.625", "0.27%", "96.9%", "538.1", "12 tokens"):        # everything else: compared
+        assert sanitize(plain) == plain

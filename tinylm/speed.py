@@ -141,7 +141,7 @@ def smollm2(fmt: str) -> TinyLM:
     return _LOADED[fmt]
 
 
-def _prompt(batch: int = 1, length: int = 32) -> torch.Tensor:
+def _prompt(batch: int = 1, length: int = 8) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
     return torch.randint(0, 49152, (batch, length), generator=g)   # SmolLM2's vocabulary
 
@@ -164,7 +164,7 @@ def formats(formats: list[str] = list(FORMATS), new: int = 8, repeats: int = 3, 
 
 def threads(formats: list[str] = ["fp32", "q4"], counts: list[int] | None = None, new: int = 8,
             repeats: int = 3) -> dict[str, dict[str, float]]:
-    counts = counts or list(range(1, (os.cpu_count() or 1) + 1))
+    counts = counts or list(range(1, (os.cpu_count() or 1) + 1))                 # 1 .. all cores
     out: dict[str, dict[str, float]] = {f: {} for f in formats}
     for n in counts:
         _threads(n)
@@ -177,7 +177,7 @@ def batch(fmt: str = "fp32", sizes: list[int] = [1, 4, 16], new: int = 4, repeat
           threads: int = 1) -> dict[str, float]:
     _threads(threads)
     model = smollm2(fmt)
-    return {str(b): decode_seconds(model, _prompt(b), new, repeats) for b in sizes}
+    return {str(b): decode_seconds(model, _prompt(b, 4), new, repeats) for b in sizes}
 
 
 def speculative(fmt: str = "q4", prompts: dict[str, str] | None = None, new: int = 32, k: int = 8,
