@@ -21,7 +21,9 @@ def test_the_pins_removed_are_the_pins_applied():
 
 def test_the_timing_process_runs_without_the_pins_and_reports_the_cpu():
     assert "ATEN_CPU_CAPABILITY" in __import__("os").environ          # conftest pinned this process
-    out = speed.unpinned(machine={"threads": 1})["machine"]
+    runs = speed.unpinned(machine={"threads": 1})
+    out = runs["machine"]
+    assert set(runs["cpu_seconds"]) == {"machine"} and runs["cpu_seconds"]["machine"] > 0
     assert out["pinned"] == []
     assert sorted(out["has"] + out["lacks"]) == sorted(speed.CPU_FLAGS)
     assert out["bandwidth"] > 1e8 and out["flops"] > 1e8 and out["threads"] == 1
@@ -45,6 +47,8 @@ def test_median_time_is_the_median_after_a_warm_up():
         time.sleep(next(delays))
     assert 0.009 < speed.median_time(fn, 3) < 0.025
     assert len(calls) == 4
+    delays = iter([0.02])
+    assert speed.median_time(fn, 1, warm_up=False) >= 0.02 and len(calls) == 5
 
 
 def test_decode_seconds_times_one_step_of_a_batch():
