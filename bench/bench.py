@@ -279,10 +279,9 @@ def english_ids(tok, n: int) -> torch.Tensor:
 
 def memory_bandwidth(mib: int = 512, repeats: int = 7) -> float:
     """Bytes/s of a large copy (read + write), the median of several: what decoding can stream at most."""
-    a = torch.ones(mib * 2**18)  # mib MiB of fp32
-    b = torch.empty_like(a)
-    b.copy_(a)
-    return 2 * a.nbytes / statistics.median(_timed(lambda: b.copy_(a)) for _ in range(repeats))
+    from tinylm.speed import memory_bandwidth as copy_bandwidth
+
+    return copy_bandwidth(mib, repeats)
 
 
 def format_models(ours: TinyLM) -> dict[str, TinyLM]:

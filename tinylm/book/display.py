@@ -10,9 +10,24 @@ from typing import Any, Sequence
 # ---------------------------------------------------------------------------------------------
 # Glue: numbers computed in a chapter, used in its prose
 # ---------------------------------------------------------------------------------------------
-def glue(name: str, value: Any, display: bool = False) -> None:
+class Timed(float):
+    """A number measured with a clock. Its text form carries a trailing `# timed` comment, which
+    `{glue:text}` drops (it reads the number back with `ast.literal_eval`) and `nbval_sanitize.cfg` masks: a
+    re-executed chapter is compared on every glued number except the timings, which differ from run to run."""
+
+    def __repr__(self) -> str:
+        return f"{float(self)!r}  # timed"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:      # IPython's text/plain
+        p.text(repr(self))
+
+
+def glue(name: str, value: Any, display: bool = False, timed: bool = False) -> None:
     """myst-nb's `glue` when it is installed (building the book, running the tests); elsewhere (Colab) the
-    value has no page to go to, so it is only shown when display=True."""
+    value has no page to go to, so it is only shown when display=True. timed: the value is a measured time or
+    rate (glued as a `Timed` number, which nbval does not compare)."""
+    if timed:
+        value = Timed(value)
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
