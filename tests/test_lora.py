@@ -196,6 +196,27 @@ def test_save_and_load_round_trip(tmp_path):
     assert torch.equal(logits(again, x), logits(model, x))
 
 
+def test_an_adapter_saved_before_the_block_variants_existed_still_fits(tmp_path):
+    """Config fields added after an adapter was saved (norm, mlp, positions, ...) are compared as their
+    defaults: the shipped adapter of tinylm/data/lora predates them. A non-default model still refuses it."""
+    from safetensors.torch import load_file, save_file
+
+    path = save_adapter(trained(), tmp_path / "adapter.safetensors")
+    with safe_open(str(path), framework="pt") as f:
+        meta = dict(f.metadata())
+    model_fields = json.loads(meta["model"])
+    for name in ("norm", "norm_placement", "positions", "mlp", "bias"):
+        model_fields.pop(name)
+    meta["model"] = json.dumps(model_fields)
+    old = tmp_path / "old.safetensors"
+    save_file(load_file(str(path)), str(old), metadata=meta)
+    x = ids()
+    assert torch.equal(logits(load_adapter(random_model(CFG, std=0.1), old), x),
+                       logits(load_adapter(random_model(CFG, std=0.1), path), x))
+    with pytest.raises(ValueError, match="another base model: its norm 'rmsnorm' .this model: 'layernorm'"):
+        load_adapter(random_model(CFG.replace(norm="layernorm"), std=0.1), old)
+
+
 def test_a_model_with_shorter_rope_tables_or_dropout_still_fits(tmp_path):
     path = save_adapter(trained(), tmp_path / "adapter.safetensors")
     short = random_model(CFG.replace(max_seq_len=16, dropout=0.1), std=0.1)

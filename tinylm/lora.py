@@ -39,6 +39,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from ._checks import check_int, check_number, check_one_of
+from .config import Config
 from .model import TinyLM
 from .params import count_params
 from .quantize import Int8Linear
@@ -342,6 +343,8 @@ def load_adapter(model: TinyLM, path: str | Path) -> TinyLM:
     path = Path(path)
     config, fields = read_adapter_config(path)
     have = _model_fields(model)
+    # a field the file does not name was added to Config after the adapter was saved: its default then
+    fields = {**{k: v for k, v in Config().to_dict().items() if k not in fields and k in have}, **fields}
     wrong = [f"{k} {fields.get(k)!r} (this model: {have.get(k)!r})" for k in sorted(set(have) | set(fields))
              if fields.get(k) != have.get(k)]
     if wrong:

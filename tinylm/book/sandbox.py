@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import ctypes
 import os
@@ -115,6 +116,15 @@ def _forbidding(functions: list[tuple[Any, str, str]], namespace: dict, called: 
         for attr, value in list(vars(module).items()):
             if (id(module), attr) not in done and id(getattr(value, "__func__", value)) in labels and callable(value):
                 saved.append((module, attr, value))
+    # and the functions themselves: a reference held elsewhere (`mask = ref.causal_mask`, or the function passed
+    # to the checker as the answer) calls the same function object, so its code is swapped for one that refuses
+    # (functions without closure cells: the code of one with cells cannot be replaced by one without)
+    swapped = []
+    for owner, attr, label in functions:
+        fn = getattr(vars(owner)[attr], "__func__", vars(owner)[attr])
+        if isinstance(fn, types.FunctionType) and not fn.__code__.co_freevars:
+            swapped.append((fn, fn.__code__, _refusing_code(label)))
+    builtins.__tinylm_refuse__ = lambda label: (called.append(label), _raise_forbidden(label))
     try:
         for owner, attr, value in saved:
             label = labels[id(getattr(value, "__func__", value))]
@@ -122,10 +132,26 @@ def _forbidding(functions: list[tuple[Any, str, str]], namespace: dict, called: 
                 namespace[attr] = refuse(label)
             else:
                 setattr(owner, attr, refuse(label))
+        for fn, _, code in swapped:
+            fn.__code__ = code
         yield
     finally:
+        for fn, code, _ in swapped:
+            fn.__code__ = code
+        del builtins.__tinylm_refuse__
         for owner, attr, value in reversed(saved):
             if owner is namespace:
                 namespace[attr] = value
             else:
                 setattr(owner, attr, value)
+
+
+def _raise_forbidden(label: str):
+    raise _Forbidden(label)
+
+
+def _refusing_code(label: str) -> types.CodeType:
+    """The code of `def f(*args, **kwargs)` that reports `label` through the hook `_forbidding` sets up."""
+    scope: dict = {}
+    exec(f"def refused(*args, **kwargs):\n    __tinylm_refuse__({label!r})\n", {}, scope)
+    return scope["refused"].__code__
