@@ -92,3 +92,13 @@ def test_the_tool_refuses_what_it_cannot_run(fake_runs, tmp_path):
         ablate.main(["--log", str(tmp_path / "bad.log")])
     assert fake_runs == []
     assert json.loads(json.dumps(ablate.key("base", 3e-3, 0, 0.5))) == ["base", 3e-3, 0, 0.5]
+
+
+def test_a_base_model_gets_its_own_variants_written_out_in_the_run_names():
+    base = "d128x4+n_kv_heads=2+b8"
+    cfg, tc = sweep.configuration(ablate.run_name("kvall", 6e-3, 2, base), 1.0)
+    assert (cfg.dim, cfg.n_heads, cfg.n_kv_heads, tc.batch_size, tc.lr, tc.seed) == (128, 4, 4, 8, 6e-3, 2)
+    gelu, _ = sweep.configuration(ablate.run_name("gelu", 3e-3, 0, base), 1.0)
+    plain, _ = sweep.configuration(ablate.run_name("base", 3e-3, 0, base), 1.0)
+    assert gelu.ffn_dim == 3 * plain.ffn_dim // 2 and count_params(gelu).total == count_params(plain).total
+    assert ablate.variant_changes("kvall") == {"n_kv_heads": sweep.BASE_MODEL["n_heads"]}

@@ -40,9 +40,19 @@ LRS = (1.5e-3, 3e-3, 6e-3)   # around the base run's 3e-3, a factor of 2 each wa
 SEEDS = (0, 1, 2)
 
 
-def run_name(variant: str, lr: float, seed: int) -> str:
-    """The sweep configuration of one ablation run: 'nope+lr=0.003+min_lr=0.0003+seed=1'."""
-    return f"{variant}+lr={lr!r}+min_lr={lr / 10:.6g}+seed={seed}"
+def variant_changes(variant: str, base: str = "") -> dict:
+    """A variant's changes to the base model (a sweep name, '' for sweep's BASE_MODEL): each variant is
+    computed from the base's own width, MLP width and heads (the GELU width, 'kvall')."""
+    return sweep.variants(sweep.base_model(base))[variant]
+
+
+def run_name(variant: str, lr: float, seed: int, base: str = "") -> str:
+    """The sweep configuration of one ablation run: 'nope+lr=0.003+min_lr=0.0003+seed=1', or with a base
+    'd128x4+b8+positions=none+lr=0.003+min_lr=0.0003+seed=1' (the variant's fields written out)."""
+    if not base:
+        return f"{variant}+lr={lr!r}+min_lr={lr / 10:.6g}+seed={seed}"
+    fields = "".join(f"+{f}={v}" for f, v in variant_changes(variant, base).items())
+    return f"{base}{fields}+lr={lr!r}+min_lr={lr / 10:.6g}+seed={seed}"
 
 
 def read_log(path: Path) -> list[dict]:
@@ -75,14 +85,16 @@ def best_lr(rows: list[dict], variant: str, lrs: list[float], seed: int, minutes
     return min(scored)[1] if scored else None
 
 
-def run(variant: str, lr: float, seed: int, minutes: float, texts: dict, cache: Path, peak: float) -> dict:
+def run(variant: str, lr: float, seed: int, minutes: float, texts: dict, cache: Path, peak: float,
+        base: str = "") -> dict:
     """One run as a log row; a diverged run has val_bpb None and the error."""
-    base = {"variant": variant, "lr": lr, "seed": seed, "minutes": minutes, "changes": sweep.VARIANTS[variant]}
+    head = {"variant": variant, "lr": lr, "seed": seed, "minutes": minutes, "base": base,
+            "changes": variant_changes(variant, base)}
     try:
-        row = sweep.run_one(run_name(variant, lr, seed), minutes, texts, cache, peak)
+        row = sweep.run_one(run_name(variant, lr, seed, base), minutes, texts, cache, peak)
     except TrainingDiverged as e:
-        return {**base, "val_bpb": None, "diverged": str(e).splitlines()[0]}
-    return {**base, **row, "load": round(os.getloadavg()[0], 1)}
+        return {**head, "val_bpb": None, "diverged": str(e).splitlines()[0]}
+    return {**head, **row, "load": round(os.getloadavg()[0], 1)}
 
 
 def summary(rows: list[dict], variants: list[str], lrs: list[float], seeds: list[int], minutes: float) -> str:
@@ -114,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lrs", nargs="+", type=float, default=list(LRS), help="the learning-rate grid (default %(default)s)")
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS),
                    help="seeds; the grid runs at the first (default %(default)s)")
+    p.add_argument("--base", default="", help="the base model as a sweep name (CONFIGS names and field=value "
+                   "joined by +, e.g. d128x4+n_kv_heads=2+b8); default tools/sweep.py's BASE_MODEL")
     p.add_argument("--minutes", type=float, default=3.0, help="wall-clock budget of each run (default 3)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     p.add_argument("--log", type=Path, required=True, help="log file, appended to and resumed from")
@@ -126,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes <= 0 or any(lr <= 0 for lr in args.lrs) or len(set(args.seeds)) != len(args.seeds):
         p.error("--minutes and every --lrs must be positive, and --seeds distinct")
     try:
-        rows = read_log(args.log)
+        if args.base:
+            sweep.configuration(args.base, 1.0)
+        rows = [r for r in read_log(args.log) if r.get("base", "") == args.base]   # this base's runs only
     except ValueError as e:
         p.error(str(e))
     first, rest = args.seeds[0], args.seeds[1:]
@@ -139,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(todo)} of {len(grid)} grid runs to do, then at most {later} runs of the other seeds at the "
               f"best rates: at most {(len(todo) + later) * args.minutes:g} minutes of training, plus scoring")
         for r in todo:
-            print("  ", run_name(*r))
+            print("  ", run_name(*r, args.base))
         return 0
     torch.set_num_threads(args.threads)
     texts = {split: corpus.shakespeare_text(split) for split in ("train", "val")}
@@ -151,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         def do(variant: str, lr: float, seed: int) -> None:
             if find(rows, variant, lr, seed, args.minutes):
                 return
-            row = run(variant, lr, seed, args.minutes, texts, args.cache, peak)
+            row = run(variant, lr, seed, args.minutes, texts, args.cache, peak, **({"base": args.base} if args.base else {}))
             rows.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()

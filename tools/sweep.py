@@ -65,17 +65,23 @@ CONFIGS: dict[str, dict] = {
 }
 
 
-# the blocks of the ablations (issue 23), each one swap from the base model (RMSNorm, pre-norm, RoPE, SwiGLU,
-# 6 query heads on 2 KV heads, QK-norm, tied head); the GELU MLP is as wide as has SwiGLU's parameters
-VARIANTS: dict[str, dict] = {
-    "base": {}, "layernorm": dict(norm="layernorm"), "nonorm": dict(norm="none"),
-    "postnorm": dict(norm_placement="post"), "learnedpos": dict(positions="learned"), "nope": dict(positions="none"),
-    "gelu": dict(mlp="gelu", ffn_dim=gelu_ffn_dim(BASE_MODEL["dim"], BASE_MODEL["ffn_dim"])),
-    "kv1": dict(n_kv_heads=1), "kv6": dict(n_kv_heads=6), "noqknorm": dict(qk_norm=False),
-    "untied": dict(tie_embeddings=False),
-    "gpt2": dict(norm="layernorm", positions="learned", mlp="gelu", bias=True,
-                 ffn_dim=gelu_ffn_dim(BASE_MODEL["dim"], BASE_MODEL["ffn_dim"], bias=True)),
-}
+# the blocks of the ablations (issue 23), each one swap from a base model (RMSNorm, pre-norm, RoPE, SwiGLU,
+# grouped KV heads, QK-norm, tied head); the GELU MLP is as wide as has SwiGLU's parameters
+def variants(model: dict) -> dict[str, dict]:
+    """Each ablation's changes to the model fields `model` (dim, ffn_dim, n_heads as Config's)."""
+    dim, ffn, heads = model["dim"], model["ffn_dim"], model["n_heads"]
+    return {
+        "base": {}, "layernorm": dict(norm="layernorm"), "nonorm": dict(norm="none"),
+        "postnorm": dict(norm_placement="post"), "learnedpos": dict(positions="learned"),
+        "nope": dict(positions="none"), "gelu": dict(mlp="gelu", ffn_dim=gelu_ffn_dim(dim, ffn)),
+        "kv1": dict(n_kv_heads=1), "kvall": dict(n_kv_heads=heads), "noqknorm": dict(qk_norm=False),
+        "untied": dict(tie_embeddings=False),
+        "gpt2": dict(norm="layernorm", positions="learned", mlp="gelu", bias=True,
+                     ffn_dim=gelu_ffn_dim(dim, ffn, bias=True)),
+    }
+
+
+VARIANTS: dict[str, dict] = variants(BASE_MODEL)
 CONFIGS |= VARIANTS
 
 
@@ -108,6 +114,12 @@ def parse_name(name: str) -> dict:
             raise ValueError(f"unknown configuration {part!r}; choose from {sorted(CONFIGS)}, or write field=value")
         changes |= CONFIGS[part]
     return changes
+
+
+def base_model(base: str) -> dict:
+    """The model fields of BASE_MODEL with a name's model fields over them ('' is BASE_MODEL itself)."""
+    changes = parse_name(base) if base else {}
+    return {**BASE_MODEL, **{f: v for f, v in changes.items() if f in Config.__dataclass_fields__}}
 
 
 def tokenizer_for(vocab: int, text: str, cache: Path) -> BPETokenizer:
