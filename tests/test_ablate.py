@@ -102,3 +102,9 @@ def test_a_base_model_gets_its_own_variants_written_out_in_the_run_names():
     plain, _ = sweep.configuration(ablate.run_name("base", 3e-3, 0, base), 1.0)
     assert gelu.ffn_dim == 3 * plain.ffn_dim // 2 and count_params(gelu).total == count_params(plain).total
     assert ablate.variant_changes("kvall") == {"n_kv_heads": sweep.BASE_MODEL["n_heads"]}
+
+
+def test_a_run_keeps_its_training_curve_every_fifth_step_and_the_last():
+    from tinylm.train.settings import History
+    h = History(step=list(range(1, 13)), loss=[float(i) for i in range(12)], time=[i / 10 for i in range(12)])
+    assert sweep.curve(h) == {"step": [5, 10, 12], "seconds": [0.4, 0.9, 1.1], "loss": [4.0, 9.0, 11.0]}

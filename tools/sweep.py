@@ -158,7 +158,14 @@ def run_one(name: str, minutes: float, texts: dict[str, str], cache: Path, peak:
             "tokens": tokens, "epochs": round(tokens / len(train_ids), 2), "tokens_per_s": round(tok_s),
             "mfu": round(mfu, 3), "train_bytes_per_token": round(len(texts["train"].encode()) / len(train_ids), 3),
             "val_bytes_per_token": round(n_bytes / n_tokens, 3), "last_train_loss": round(history.loss[-1], 3),
-            "val_bpb": round(bpb, 4)}
+            "val_bpb": round(bpb, 4), "curve": curve(history)}
+
+
+def curve(history, every: int = 5) -> dict:
+    """The training curve, every `every`-th step and the last: steps, seconds and that batch's loss."""
+    keep = [i for i, s in enumerate(history.step) if s % every == 0 or i == len(history.step) - 1]
+    return {"step": [history.step[i] for i in keep], "seconds": [round(history.time[i], 2) for i in keep],
+            "loss": [round(history.loss[i], 4) for i in keep]}
 
 
 def table(rows: list[dict]) -> str:
