@@ -56,6 +56,7 @@ CONFIGS: dict[str, dict] = {
     "d256x4": shape(256, 4, 8, 704), "d256x3": shape(256, 3, 8, 704), "d160x5": shape(160, 5, 5, 448),
     "d256x6": shape(256, 6, 8, 704), "d320x4": shape(320, 4, 10, 832), "d128x8": shape(128, 8, 4, 384),
     "d128x3": shape(128, 3, 4, 384), "d96x4": shape(96, 4, 3, 256), "d64x4": shape(64, 4, 2, 192), "d128x2": shape(128, 2, 4, 384),
+    "d48x4": shape(48, 4, 2, 128), "d32x4": shape(32, 4, 1, 96),   # the IsoFLOP runs' smallest (tools/isoflop.py)
     # the run's settings at the base shape
     "lr2e-3": dict(lr=2e-3, min_lr=2e-4), "lr5e-3": dict(lr=5e-3, min_lr=5e-4), "lr8e-3": dict(lr=8e-3, min_lr=8e-4),
     "b8": dict(batch_size=8), "b32": dict(batch_size=32), "t64": dict(seq_len=64, batch_size=32),
