@@ -10,6 +10,7 @@ from tinylm import ablations, count_params
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import ablate  # noqa: E402
 import sweep  # noqa: E402
+from helpers import fake_run_start  # noqa: E402
 
 
 def test_a_sweep_names_fields_and_variants():
@@ -51,9 +52,7 @@ def fake_runs(monkeypatch):
         return {"variant": variant, "lr": lr, "seed": seed, "minutes": minutes, "params": 1000, "val_bpb": bpb}
 
     monkeypatch.setattr(ablate, "run", run)
-    monkeypatch.setattr(ablate, "matmul_peak_flops", lambda: 1e9)
-    monkeypatch.setattr(ablate.corpus, "shakespeare_text", lambda split: "text")
-    monkeypatch.setattr(ablate.torch, "set_num_threads", lambda n: None)
+    fake_run_start(monkeypatch, sweep)
     return calls
 
 
@@ -70,7 +69,7 @@ def test_the_grid_then_the_best_rate_at_every_seed_and_a_resumed_log_runs_nothin
     assert len(rows) == 15 and sum(r["val_bpb"] is None for r in rows) == 1
     text = log.read_text().split("\n# val bits per byte")[1]
     base_line = next(line for line in text.splitlines() if line.startswith("# base"))
-    assert "3e-03" in base_line and "2.010" in base_line and "0.010" in base_line   # mean of 2, 2.01, 2.02; sd
+    assert " 0.003 " in base_line and "2.010" in base_line and "0.010" in base_line   # mean of 2, 2.01, 2.02; sd
     kv1_line = next(line for line in text.splitlines() if line.startswith("# kv1"))
     assert "+0.500 *" in kv1_line                                   # against base's mean, beyond 2 se
     nope_line = next(line for line in text.splitlines() if line.startswith("# nope"))

@@ -10,6 +10,7 @@ from tinylm.runlog import read_log
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import isoflop  # noqa: E402
 import sweep  # noqa: E402
+from helpers import fake_run_start  # noqa: E402
 
 
 @pytest.fixture
@@ -26,9 +27,7 @@ def fake_runs(monkeypatch):
                 "curve": {"step": [5], "seconds": [0.1], "loss": [6.0]}}
 
     monkeypatch.setattr(isoflop.sweep, "run_one", run_one)
-    monkeypatch.setattr(isoflop, "matmul_peak_flops", lambda: 1e9)
-    monkeypatch.setattr(isoflop.corpus, "shakespeare_text", lambda split: "text")
-    monkeypatch.setattr(isoflop.torch, "set_num_threads", lambda n: None)
+    fake_run_start(monkeypatch, sweep)
     return calls
 
 

@@ -28,13 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sweep  # noqa: E402  (puts the repository on sys.path)
 
-import torch  # noqa: E402
-
-from tinylm import corpus  # noqa: E402
 from tinylm.ablations import best_lr, difference, find, results  # noqa: E402
 from tinylm.runlog import read_log  # noqa: E402
 from tinylm.train import TrainingDiverged  # noqa: E402
-from tinylm.train.measure import matmul_peak_flops  # noqa: E402
 
 LRS = (1.5e-3, 3e-3, 6e-3)   # around the base run's 3e-3, a factor of 2 each way
 SEEDS = (0, 1, 2)
@@ -84,7 +80,7 @@ def summary(rows: list[dict], variants: list[str], lrs: list[float], seeds: list
         if base is not None and base.scores and v != "base":
             d = difference(res, base)
             delta = f"{d.delta:+7.3f}" + (" *" if d.exceeds else "")
-        lines.append(f"{v:11s} {res.params:>9,} {res.lr:>7.0e} {len(res.scores):>5} {res.mean:>8.3f} {res.sd:>6.3f} "
+        lines.append(f"{v:11s} {res.params:>9,} {res.lr:>7g} {len(res.scores):>5} {res.mean:>8.3f} {res.sd:>6.3f} "
                      f"{min(res.scores):>6.3f} {max(res.scores):>6.3f} {delta:>7s}")
     return "\n".join(lines)
 
@@ -128,12 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in todo:
             print("  ", run_name(*r, args.base))
         return 0
-    torch.set_num_threads(args.threads)
-    texts = {split: corpus.shakespeare_text(split) for split in ("train", "val")}
-    peak = matmul_peak_flops()
-    args.log.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.log, "a") as log:
-        log.write(sweep.header("tools/ablate.py", argv if argv is not None else sys.argv[1:], args.threads, peak))
+    texts, peak, log = sweep.start("tools/ablate.py", argv, args.threads, args.log)
+    with log:
 
         def do(variant: str, lr: float, seed: int) -> None:
             if find(rows, variant, lr, seed, args.minutes):

@@ -28,14 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sweep  # noqa: E402  (puts the repository on sys.path)
 
-import torch  # noqa: E402
-
-from tinylm import corpus  # noqa: E402
 from tinylm.params import count_params  # noqa: E402
 from tinylm.runlog import read_log  # noqa: E402
 from tinylm.scaling import run_flops  # noqa: E402
 from tinylm.train import TrainingDiverged  # noqa: E402
-from tinylm.train.measure import matmul_peak_flops  # noqa: E402
 
 SIZES = ("d32x4", "d48x4", "d64x4", "d96x4", "d128x4")
 MINUTES = (0.25, 0.5, 1.0, 2.0)
@@ -95,13 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         for s, m in todo:
             print(f"   {m:g} min  {run_name(s, args.lr, args.seed)}")
         return 0
-    torch.set_num_threads(args.threads)
-    texts = {split: corpus.shakespeare_text(split) for split in ("train", "val")}
-    peak = matmul_peak_flops()
-    args.log.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.log, "a") as log:
-        log.write(sweep.header("tools/isoflop.py", argv if argv is not None else sys.argv[1:], args.threads, peak))
-        log.flush()
+    texts, peak, log = sweep.start("tools/isoflop.py", argv, args.threads, args.log)
+    with log:
         for size, minutes in todo:
             row = run(size, minutes, args.lr, args.seed, texts, args.cache, peak)
             log.write(json.dumps(row) + "\n")
