@@ -95,10 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", default="", help="the base model as a sweep name (CONFIGS names and field=value "
                    "joined by +, e.g. d128x4+n_kv_heads=2+b8); default tools/sweep.py's BASE_MODEL")
     p.add_argument("--minutes", type=float, default=3.0, help="wall-clock budget of each run (default 3)")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    p.add_argument("--log", type=Path, required=True, help="log file, appended to and resumed from")
-    p.add_argument("--cache", type=Path, default=Path("runs/tokenizers"), help="tokenizers, one per vocabulary")
-    p.add_argument("--dry-run", action="store_true", help="print the runs still to do, and run none")
+    sweep.resumable_arguments(p, threads=2)
     args = p.parse_args(argv)
     unknown = [v for v in args.variants if v not in sweep.VARIANTS]
     if unknown:

@@ -69,10 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", nargs="+", default=list(SIZES), help="tools/sweep.py shapes (default %(default)s)")
     p.add_argument("--lr", type=float, default=LR, help="peak learning rate of every run (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="the seed of every run (default 0)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    p.add_argument("--log", type=Path, required=True, help="log file, appended to and resumed from")
-    p.add_argument("--cache", type=Path, default=Path("runs/tokenizers"), help="tokenizers, one per vocabulary")
-    p.add_argument("--dry-run", action="store_true", help="print the runs still to do, and run none")
+    sweep.resumable_arguments(p, threads=1)
     args = p.parse_args(argv)
     unknown = [s for s in args.sizes if s not in sweep.CONFIGS or "dim" not in sweep.CONFIGS[s]]
     if unknown:

@@ -204,6 +204,14 @@ def start(tool: str, argv: list[str] | None, threads: int, log_path: Path) -> tu
     return texts, peak, log
 
 
+def resumable_arguments(p: argparse.ArgumentParser, threads: int) -> None:
+    """The options of the run tools that resume from their log (tools/ablate.py, tools/isoflop.py)."""
+    p.add_argument("--threads", type=int, default=threads, help=f"torch threads (default {threads})")
+    p.add_argument("--log", type=Path, required=True, help="log file, appended to and resumed from")
+    p.add_argument("--cache", type=Path, default=Path("runs/tokenizers"), help="tokenizers, one per vocabulary")
+    p.add_argument("--dry-run", action="store_true", help="print the runs still to do, and run none")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--configs", nargs="+", required=True,
