@@ -61,3 +61,11 @@ def limits(seconds: float = 10.0, headroom: int = 1 << 30):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def fake_run_start(monkeypatch, sweep) -> None:
+    """tools/sweep.py's `start` (what every run tool does first) without its work: threads left alone, a one-word
+    text for each split, a made-up matmul peak. sweep: the tools/sweep.py module the test imported."""
+    monkeypatch.setattr(sweep, "matmul_peak_flops", lambda: 1e9)
+    monkeypatch.setattr(sweep.corpus, "shakespeare_text", lambda split: "text")
+    monkeypatch.setattr(sweep.torch, "set_num_threads", lambda n: None)

@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from tinylm import count_params
+from tinylm import ablations, count_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import ablate  # noqa: E402
 import sweep  # noqa: E402
+from helpers import fake_run_start  # noqa: E402
 
 
 def test_a_sweep_names_fields_and_variants():
@@ -51,9 +52,7 @@ def fake_runs(monkeypatch):
         return {"variant": variant, "lr": lr, "seed": seed, "minutes": minutes, "params": 1000, "val_bpb": bpb}
 
     monkeypatch.setattr(ablate, "run", run)
-    monkeypatch.setattr(ablate, "matmul_peak_flops", lambda: 1e9)
-    monkeypatch.setattr(ablate.corpus, "shakespeare_text", lambda split: "text")
-    monkeypatch.setattr(ablate.torch, "set_num_threads", lambda n: None)
+    fake_run_start(monkeypatch, sweep)
     return calls
 
 
@@ -70,9 +69,11 @@ def test_the_grid_then_the_best_rate_at_every_seed_and_a_resumed_log_runs_nothin
     assert len(rows) == 15 and sum(r["val_bpb"] is None for r in rows) == 1
     text = log.read_text().split("\n# val bits per byte")[1]
     base_line = next(line for line in text.splitlines() if line.startswith("# base"))
-    assert "3e-03" in base_line and "2.010" in base_line and "0.010" in base_line   # mean of 2, 2.01, 2.02; sd
+    assert " 0.003 " in base_line and "2.010" in base_line and "0.010" in base_line   # mean of 2, 2.01, 2.02; sd
     kv1_line = next(line for line in text.splitlines() if line.startswith("# kv1"))
-    assert "+0.500" in kv1_line                                         # against base's mean
+    assert "+0.500 *" in kv1_line                                   # against base's mean, beyond 2 se
+    nope_line = next(line for line in text.splitlines() if line.startswith("# nope"))
+    assert "+0.050 *" in nope_line                                  # 2.05, 2.06, 2.07 against 2, 2.01, 2.02
     fake_runs.clear()
     assert ablate.main(args + ["--seeds", "0", "1", "2", "3"]) == 0     # resumed: only seed 3 is new
     assert fake_runs == [("base", 3e-3, 3), ("nope", 3e-3, 3), ("kv1", 1.5e-3, 3)]
@@ -91,7 +92,7 @@ def test_the_tool_refuses_what_it_cannot_run(fake_runs, tmp_path):
     with pytest.raises(SystemExit):
         ablate.main(["--log", str(tmp_path / "bad.log")])
     assert fake_runs == []
-    assert json.loads(json.dumps(ablate.key("base", 3e-3, 0, 0.5))) == ["base", 3e-3, 0, 0.5]
+    assert json.loads(json.dumps(ablations.key("base", 3e-3, 0, 0.5))) == ["base", 3e-3, 0, 0.5]
 
 
 def test_a_base_model_gets_its_own_variants_written_out_in_the_run_names():
@@ -108,3 +109,24 @@ def test_a_run_keeps_its_training_curve_every_fifth_step_and_the_last():
     from tinylm.train.settings import History
     h = History(step=list(range(1, 13)), loss=[float(i) for i in range(12)], time=[i / 10 for i in range(12)])
     assert sweep.curve(h) == {"step": [5, 10, 12], "seconds": [0.4, 0.9, 1.1], "loss": [4.0, 9.0, 11.0]}
+
+
+def test_the_log_read_for_the_chapter_mean_spread_and_the_two_standard_error_rule():
+    rows = [{"variant": v, "lr": lr, "seed": s, "minutes": 1.0, "params": 10, "val_bpb": bpb}
+            for v, lr, s, bpb in [("base", 1e-3, 0, 2.1), ("base", 2e-3, 0, 2.0), ("base", 2e-3, 1, 2.2),
+                                  ("base", 2e-3, 2, 2.1), ("nope", 1e-3, 0, None), ("nope", 2e-3, 0, 2.3),
+                                  ("nope", 2e-3, 1, 2.35), ("nope", 2e-3, 2, 2.4), ("kv1", 1e-3, 0, 2.05)]]
+    assert ablations.grid_of(rows) == (["base", "nope", "kv1"], [1e-3, 2e-3], [0, 1, 2], 1.0)
+    found = ablations.results(rows, ["base", "nope", "kv1"], [1e-3, 2e-3], [0, 1, 2], 1.0)
+    base, nope, kv1 = found.values()
+    assert (base.lr, base.grid, base.mean, base.sd) == (2e-3, {1e-3: 2.1, 2e-3: 2.0}, pytest.approx(2.1),
+                                                        pytest.approx(0.1))
+    assert nope.grid == {1e-3: None, 2e-3: 2.3} and nope.scores == (2.3, 2.35, 2.4)
+    d = ablations.difference(nope, base)    # 0.25 against se = sqrt(0.1^2 / 3 + 0.05^2 / 3) = 0.0645
+    assert (d.delta, d.se, d.exceeds) == (pytest.approx(0.25), pytest.approx(0.0645, abs=1e-4), True)
+    assert ablations.Difference(0.12, 0.0645).exceeds is False
+    assert kv1.scores == (2.05,) and ablations.difference(kv1, base).exceeds is False   # one seed: no sd
+    with pytest.raises(ValueError, match="select one budget"):
+        ablations.grid_of(rows + [{**rows[0], "minutes": 2.0}])
+    with pytest.raises(ValueError, match="no scores for gelu"):
+        ablations.difference(ablations.results(rows, ["gelu"], [1e-3], [0], 1.0)["gelu"], base)

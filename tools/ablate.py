@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -30,11 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sweep  # noqa: E402  (puts the repository on sys.path)
 
-import torch  # noqa: E402
-
-from tinylm import corpus  # noqa: E402
+from tinylm.ablations import best_lr, difference, find, results  # noqa: E402
+from tinylm.runlog import read_log  # noqa: E402
 from tinylm.train import TrainingDiverged  # noqa: E402
-from tinylm.train.measure import matmul_peak_flops  # noqa: E402
 
 LRS = (1.5e-3, 3e-3, 6e-3)   # around the base run's 3e-3, a factor of 2 each way
 SEEDS = (0, 1, 2)
@@ -55,36 +51,6 @@ def run_name(variant: str, lr: float, seed: int, base: str = "") -> str:
     return f"{base}{fields}+lr={lr!r}+min_lr={lr / 10:.6g}+seed={seed}"
 
 
-def read_log(path: Path) -> list[dict]:
-    """The runs already in the log (its JSON lines; '#' lines are comments)."""
-    if not path.is_file():
-        return []
-    rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip() and not line.startswith("#"):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise ValueError(f"{path}, line {n} is not a JSON run line; remove it or use another --log") from None
-    return rows
-
-
-def key(variant: str, lr: float, seed: int, minutes: float) -> tuple:
-    return variant, float(lr), int(seed), float(minutes)
-
-
-def find(rows: list[dict], variant: str, lr: float, seed: int, minutes: float) -> dict | None:
-    want = key(variant, lr, seed, minutes)
-    return next((r for r in rows if key(r["variant"], r["lr"], r["seed"], r["minutes"]) == want), None)
-
-
-def best_lr(rows: list[dict], variant: str, lrs: list[float], seed: int, minutes: float) -> float | None:
-    """The grid's learning rate with the lowest val bpb at seed (None: every one diverged or is missing)."""
-    scored = [(r["val_bpb"], lr) for lr in lrs if (r := find(rows, variant, lr, seed, minutes))
-              and r["val_bpb"] is not None]
-    return min(scored)[1] if scored else None
-
-
 def run(variant: str, lr: float, seed: int, minutes: float, texts: dict, cache: Path, peak: float,
         base: str = "") -> dict:
     """One run as a log row; a diverged run has val_bpb None and the error."""
@@ -98,24 +64,24 @@ def run(variant: str, lr: float, seed: int, minutes: float, texts: dict, cache: 
 
 
 def summary(rows: list[dict], variants: list[str], lrs: list[float], seeds: list[int], minutes: float) -> str:
-    """Mean, sample standard deviation and range of val bpb over the seeds at each variant's chosen rate."""
+    """Mean, sample standard deviation and range of val bpb over the seeds at each variant's chosen rate, and
+    its difference to base ('*': |delta| > 2 standard errors of the difference, tinylm.ablations' rule)."""
     head = (f"{'variant':11s} {'params':>9s} {'lr':>7s} {'seeds':>5s} {'mean bpb':>8s} {'sd':>6s} {'min':>6s} "
             f"{'max':>6s} {'vs base':>7s}")
     lines = [f"val bits per byte after {minutes:g} min; lr grid {', '.join(f'{lr:g}' for lr in lrs)}, "
              f"chosen at seed {seeds[0]}; seeds {', '.join(map(str, seeds))}", head, "-" * len(head)]
-    means = {}
-    for v in variants:
-        lr = best_lr(rows, v, lrs, seeds[0], minutes)
-        done = [r for s in seeds if lr is not None and (r := find(rows, v, lr, s, minutes))]
-        scores = [r["val_bpb"] for r in done if r["val_bpb"] is not None]
-        if not scores:
+    found = results(rows, variants, lrs, seeds, minutes)
+    base = found.get("base")
+    for v, res in found.items():
+        if not res.scores:
             lines.append(f"{v:11s} {'':>9s} {'':>7s} {0:>5} diverged or not run")
             continue
-        means[v] = mean = statistics.fmean(scores)
-        sd = statistics.stdev(scores) if len(scores) > 1 else math.nan
-        delta = f"{mean - means['base']:+7.3f}" if "base" in means and v != "base" else ""
-        lines.append(f"{v:11s} {done[0]['params']:>9,} {lr:>7.0e} {len(scores):>5} {mean:>8.3f} {sd:>6.3f} "
-                     f"{min(scores):>6.3f} {max(scores):>6.3f} {delta:>7s}")
+        delta = ""
+        if base is not None and base.scores and v != "base":
+            d = difference(res, base)
+            delta = f"{d.delta:+7.3f}" + (" *" if d.exceeds else "")
+        lines.append(f"{v:11s} {res.params:>9,} {res.lr:>7g} {len(res.scores):>5} {res.mean:>8.3f} {res.sd:>6.3f} "
+                     f"{min(res.scores):>6.3f} {max(res.scores):>6.3f} {delta:>7s}")
     return "\n".join(lines)
 
 
@@ -129,10 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", default="", help="the base model as a sweep name (CONFIGS names and field=value "
                    "joined by +, e.g. d128x4+n_kv_heads=2+b8); default tools/sweep.py's BASE_MODEL")
     p.add_argument("--minutes", type=float, default=3.0, help="wall-clock budget of each run (default 3)")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    p.add_argument("--log", type=Path, required=True, help="log file, appended to and resumed from")
-    p.add_argument("--cache", type=Path, default=Path("runs/tokenizers"), help="tokenizers, one per vocabulary")
-    p.add_argument("--dry-run", action="store_true", help="print the runs still to do, and run none")
+    sweep.resumable_arguments(p, threads=2)
     args = p.parse_args(argv)
     unknown = [v for v in args.variants if v not in sweep.VARIANTS]
     if unknown:
@@ -142,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.base:
             sweep.configuration(args.base, 1.0)
-        rows = [r for r in read_log(args.log) if r.get("base", "") == args.base]   # this base's runs only
+        # this base's runs only
+        rows = [r for r in read_log(args.log, missing_ok=True) if r.get("base", "") == args.base]
     except ValueError as e:
         p.error(str(e))
     first, rest = args.seeds[0], args.seeds[1:]
@@ -157,12 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in todo:
             print("  ", run_name(*r, args.base))
         return 0
-    torch.set_num_threads(args.threads)
-    texts = {split: corpus.shakespeare_text(split) for split in ("train", "val")}
-    peak = matmul_peak_flops()
-    args.log.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.log, "a") as log:
-        log.write(sweep.header("tools/ablate.py", argv if argv is not None else sys.argv[1:], args.threads, peak))
+    texts, peak, log = sweep.start("tools/ablate.py", argv, args.threads, args.log)
+    with log:
 
         def do(variant: str, lr: float, seed: int) -> None:
             if find(rows, variant, lr, seed, args.minutes):

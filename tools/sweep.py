@@ -22,6 +22,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -56,6 +57,9 @@ CONFIGS: dict[str, dict] = {
     "d256x4": shape(256, 4, 8, 704), "d256x3": shape(256, 3, 8, 704), "d160x5": shape(160, 5, 5, 448),
     "d256x6": shape(256, 6, 8, 704), "d320x4": shape(320, 4, 10, 832), "d128x8": shape(128, 8, 4, 384),
     "d128x3": shape(128, 3, 4, 384), "d96x4": shape(96, 4, 3, 256), "d64x4": shape(64, 4, 2, 192), "d128x2": shape(128, 2, 4, 384),
+    # the IsoFLOP runs' smallest (tools/isoflop.py)
+    "d48x4": shape(48, 4, 2, 128), "d32x4": shape(32, 4, 1, 96), "d24x4": shape(24, 4, 1, 64),
+    "d16x4": shape(16, 4, 1, 48),
     # the run's settings at the base shape
     "lr2e-3": dict(lr=2e-3, min_lr=2e-4), "lr5e-3": dict(lr=5e-3, min_lr=5e-4), "lr8e-3": dict(lr=8e-3, min_lr=8e-4),
     "b8": dict(batch_size=8), "b32": dict(batch_size=32), "t64": dict(seq_len=64, batch_size=32),
@@ -187,6 +191,27 @@ def header(tool: str, argv: list[str], threads: int, peak: float) -> str:
             f"{os.getloadavg()[0]:.1f}; fp32 matmul peak {peak / 1e9:.0f} GFLOP/s\n")
 
 
+def start(tool: str, argv: list[str] | None, threads: int, log_path: Path) -> tuple[dict[str, str], float, TextIO]:
+    """What every run tool does first: set the threads, read the train and val texts, measure the matmul peak,
+    and open the log (appended) with its header -> (texts, peak, the open log)."""
+    torch.set_num_threads(threads)
+    texts = {split: corpus.shakespeare_text(split) for split in ("train", "val")}
+    peak = matmul_peak_flops()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "a")
+    log.write(header(tool, argv if argv is not None else sys.argv[1:], threads, peak))
+    log.flush()
+    return texts, peak, log
+
+
+def resumable_arguments(p: argparse.ArgumentParser, threads: int) -> None:
+    """The options of the run tools that resume from their log (tools/ablate.py, tools/isoflop.py)."""
+    p.add_argument("--threads", type=int, default=threads, help=f"torch threads (default {threads})")
+    p.add_argument("--log", type=Path, required=True, help="log file, appended to and resumed from")
+    p.add_argument("--cache", type=Path, default=Path("runs/tokenizers"), help="tokenizers, one per vocabulary")
+    p.add_argument("--dry-run", action="store_true", help="print the runs still to do, and run none")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--configs", nargs="+", required=True,
@@ -201,13 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             parse_name(name)
     except ValueError as e:
         p.error(str(e))
-    torch.set_num_threads(args.threads)
-    texts = {split: corpus.shakespeare_text(split) for split in ("train", "val")}
-    peak = matmul_peak_flops()
-    args.log.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.log, "a") as log:
-        log.write(header("tools/sweep.py", argv if argv is not None else sys.argv[1:], args.threads, peak))
-        log.flush()
+    texts, peak, log = start("tools/sweep.py", argv, args.threads, args.log)
+    with log:
         rows = []
         for name in args.configs:
             row = run_one(name, args.minutes, texts, args.cache, peak)
