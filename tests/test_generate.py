@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from helpers import random_model, tiny
 
-from tinylm.generate import apply_temperature, generate, left_pad, sample_next, top_k_filter, top_p_filter
+from tinylm.generate import (
+    apply_repetition_penalty, apply_temperature, generate, left_pad, sample_next, stream, top_k_filter, top_p_filter,
+)
 
 
 
@@ -437,3 +439,86 @@ def test_bad_attention_masks_raise_naming_the_argument(mask, words):
 def test_bad_left_pad_arguments_raise(prompts, pad_id):
     with pytest.raises(ValueError, match="prompts|pad_id"):
         left_pad(prompts, pad_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Repetition penalty (CTRL, Keskar et al., 2019) in transformers' sign-aware form
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("penalty", [1.3, 0.7, 2.0])
+def test_repetition_penalty_equals_transformers_processor(penalty):
+    from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
+
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, 40, generator=g) * 3                       # positive and negative logits
+    logits[0, 7] = 0.0
+    seen = torch.randint(0, 40, (3, 12), generator=g)                  # repeated ids included
+    seen[0, :3] = 7
+    theirs = RepetitionPenaltyLogitsProcessor(penalty)(seen, logits.clone())
+    ours = apply_repetition_penalty(logits, seen, penalty)
+    assert torch.equal(ours, theirs)
+    assert torch.equal(apply_repetition_penalty(logits[1], seen[1], penalty), theirs[1])   # one row, (V,)
+    hit = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, seen, True)
+    assert torch.equal(ours[~hit], logits[~hit])                       # unseen tokens untouched
+    moved = (ours[hit] < logits[hit]) if penalty > 1 else (ours[hit] > logits[hit])
+    assert moved[logits[hit] != 0].all()                               # every seen token loses (or gains)
+
+
+def test_repetition_penalty_is_sign_aware_unlike_dividing_every_seen_logit():
+    logits, seen = torch.tensor([2.0, -1.0, 0.5]), torch.tensor([0, 1])
+    ours = apply_repetition_penalty(logits, seen, 2.0)
+    assert ours.tolist() == [1.0, -2.0, 0.5]
+    divided = logits.clone()
+    divided[seen] /= 2.0                                               # CTRL's formula as printed
+    assert divided[1] > logits[1] > ours[1]                            # it would favour the negative one
+    assert torch.equal(apply_repetition_penalty(logits, seen, 1.0), logits)
+    assert torch.equal(apply_repetition_penalty(logits, seen[:0], 2.0), logits)
+
+
+@pytest.mark.parametrize("cfg", [LLAMA_LIKE, QWEN3_LIKE], ids=["llama", "qwen3"])
+def test_generate_with_repetition_penalty_equals_transformers(cfg):
+    from tinylm.hf import to_hf
+
+    model, n = random_model(cfg), 20
+    idx, mask = left_pad(ragged((5, 2, 8)), pad_id=0)
+    hf = to_hf(model)
+    for attention_mask in (None, mask):
+        ours = generate(model, idx, n, temperature=0, repetition_penalty=1.5, attention_mask=attention_mask)
+        assert torch.equal(generate(model, idx, n, temperature=0, repetition_penalty=1.5,
+                                    attention_mask=attention_mask, use_cache=False), ours)
+        theirs = hf.generate(idx, attention_mask=torch.ones_like(idx) if attention_mask is None else mask.long(),
+                             do_sample=False, max_new_tokens=n, min_new_tokens=n, eos_token_id=None,
+                             pad_token_id=0, repetition_penalty=1.5)
+        assert torch.equal(theirs, ours)
+    plain = generate(model, idx, n, temperature=0, attention_mask=mask)
+    assert not torch.equal(plain, ours)                                # the penalty changed the text
+    assert torch.equal(generate(model, idx, n, temperature=0, attention_mask=mask, repetition_penalty=1), plain)
+
+
+def test_stream_yields_what_generate_returns_with_a_repetition_penalty():
+    model, idx = random_model(QWEN3_LIKE), prompt(batch=1)
+    kwargs = dict(temperature=0.9, top_k=20, repetition_penalty=1.4)
+    streamed = list(stream(model, idx, 12, generator=torch.Generator().manual_seed(3), **kwargs))
+    generated = generate(model, idx, 12, generator=torch.Generator().manual_seed(3), **kwargs)
+    assert streamed == generated[0, 5:].tolist()
+
+
+@pytest.mark.parametrize("penalty", [0, -1.2, 0.0, float("nan"), float("inf"), True, "1.2", None])
+def test_bad_repetition_penalty_is_refused_naming_it(penalty):
+    logits, seen = torch.randn(2, 8), torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="^penalty must be a number > 0"):
+        apply_repetition_penalty(logits, seen, penalty)
+    if penalty is not None:                                            # None: generate's "off"
+        with pytest.raises(ValueError, match="repetition_penalty"):
+            generate(random_model(QWEN3_LIKE), prompt(), 3, repetition_penalty=penalty)
+
+
+@pytest.mark.parametrize("seen, words", [
+    (torch.zeros(2, 3), "int64"),                                      # float ids
+    (torch.zeros(3, 3, dtype=torch.long), "shape"),                    # 3 rows for 2 rows of logits
+    (torch.tensor([[0, 8], [1, 2]]), "outside"),                       # id 8 in a vocabulary of 8
+    (torch.tensor([[0, -1], [1, 2]]), "outside"),
+])
+def test_bad_seen_ids_are_refused(seen, words):
+    with pytest.raises(ValueError, match="seen|penalty") as err:
+        apply_repetition_penalty(torch.randn(2, 8), seen, 1.2)
+    assert words in str(err.value)

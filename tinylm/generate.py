@@ -9,6 +9,10 @@ Sampling (Holtzman et al., 2020, "The Curious Case of Neural Text Degeneration")
     top-k        keep only the k most likely tokens (Fan et al., 2018)
     top-p        keep the smallest set of most likely tokens whose total probability reaches p (nucleus)
 They are applied in that order (as in Hugging Face): temperature, then top-k, then top-p on what remains.
+Before all of them (and before greedy's argmax), an optional repetition penalty θ (Keskar et al., 2019, "CTRL")
+lowers every token the text already holds: a seen token's logit z becomes z / θ if z > 0, z · θ if z < 0,
+as transformers' RepetitionPenaltyLogitsProcessor does (the paper divides every seen logit by θ, which would
+make a negative one more likely).
 Ties are broken by token id: among equal logits the lower id counts as more likely, so every filter
 keeps exactly the tokens it says it keeps, the same ones on every run.
 
@@ -55,6 +59,13 @@ def _check_top_p(top_p: float | None) -> None:
         check_number("top_p", top_p, 0, 1, low_open=True, hint=" or None (no nucleus filter)")
 
 
+def _check_repetition_penalty(penalty: float | None, name: str = "repetition_penalty") -> None:
+    if penalty is not None:
+        check_number(name, penalty, 0, low_open=True,
+                     hint=" (1 means no penalty and CTRL suggests about 1.2; above 1 discourages tokens already "
+                          "in the text, below 1 favours them) or None")
+
+
 def _check_generator(generator: torch.Generator | None) -> None:
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
@@ -81,6 +92,42 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     order = logits.argsort(dim=-1, descending=True, stable=True)       # (..., V) token ids, most likely first
     keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, order[..., :k], True)
     return logits.masked_fill(~keep, float("-inf"))
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Lower every token that occurs in `seen`: its logit z becomes z / penalty if z > 0, z * penalty if z < 0.
+
+    logits (..., V) float; seen (..., S) int64 token ids with the same leading dims (S may be 0): the prompt
+    and what has been generated so far. A token is penalised once however often it occurs; the rest are
+    unchanged. penalty > 1 discourages repeats, < 1 favours them, 1 changes nothing. CTRL (Keskar et al.,
+    2019) divides every seen logit by the penalty; dividing a negative logit raises it, so this sign-aware
+    form, transformers' RepetitionPenaltyLogitsProcessor (and llama.cpp's), multiplies those instead.
+    """
+    if penalty is None:
+        raise ValueError("penalty must be a number > 0 (1 means no penalty), got None")
+    _check_repetition_penalty(penalty, "penalty")
+    if not isinstance(logits, torch.Tensor) or logits.dim() == 0 or not logits.is_floating_point():
+        raise ValueError("logits must be a float tensor of shape (..., V)")
+    if not isinstance(seen, torch.Tensor) or seen.dtype != torch.long:
+        what = seen.dtype if isinstance(seen, torch.Tensor) else type(seen).__name__
+        raise ValueError(f"seen must be an int64 tensor of token ids (torch.long), got {what}")
+    if seen.dim() != logits.dim() or seen.shape[:-1] != logits.shape[:-1]:
+        want = tuple(logits.shape[:-1]) + ("S",)
+        raise ValueError(f"seen has shape {tuple(seen.shape)}, but logits {tuple(logits.shape)} need seen of shape "
+                         f"{want}: one row of seen ids per row of logits".replace("'S'", "S"))
+    vocab = logits.shape[-1]
+    if seen.numel() and not bool(((seen >= 0) & (seen < vocab)).all()):
+        raise ValueError(f"seen holds token ids outside [0, {vocab}), the vocabulary of the logits")
+    if penalty == 1 or seen.shape[-1] == 0:
+        return logits
+    return _penalize(logits, seen, penalty)
+
+
+def _penalize(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """apply_repetition_penalty without the checks. A repeated id writes the same value twice: no harm."""
+    z = logits.gather(-1, seen)                                         # (..., S) logits of the seen tokens
+    z = torch.where(z < 0, z * penalty, z / penalty)                    # both move away from likely
+    return logits.scatter(-1, seen, z)                                  # (..., V)
 
 
 NUCLEUS_CANDIDATES = 256  # top_p_filter looks for the nucleus among this many top tokens first
@@ -204,7 +251,8 @@ def left_pad(prompts: list[list[int]], pad_id: int = 0,
 def generate(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
              generator: torch.Generator | None = None, eos_id: int | None = None,
-             attention_mask: torch.Tensor | None = None, compiled: bool = False) -> torch.Tensor:
+             attention_mask: torch.Tensor | None = None, compiled: bool = False,
+             repetition_penalty: float | None = None) -> torch.Tensor:
     """Continue each prompt of idx (B, T) by up to max_new_tokens tokens -> (B, T + new) token ids.
 
     use_cache=True: one prefill call over the prompt fills a KV cache preallocated for T + max_new_tokens
@@ -217,17 +265,21 @@ def generate(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature:
     the pads in front.
     compiled: run every forward through torch.compile (`tinylm.fast`): the same tokens, less Python per step,
     after a compilation that takes minutes on a CPU.
+    repetition_penalty: θ for `apply_repetition_penalty` on every row's prompt and new tokens so far (pads
+    are not text and are not counted), before temperature, filters and greedy alike; None or 1: off.
     Runs under torch.inference_mode() with the model in eval mode (its previous mode is restored).
     """
     _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator, eos_id,
                          attention_mask)
     check_bool("compiled", compiled)
+    _check_repetition_penalty(repetition_penalty)
+    penalty = None if repetition_penalty in (None, 1) else repetition_penalty
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
             out = _decode(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator, eos_id,
-                          attention_mask, compiled_forward(model) if compiled else model)
+                          attention_mask, compiled_forward(model) if compiled else model, penalty)
     finally:
         model.train(was_training)
     return out.clone()  # a normal tensor again: inference tensors cannot be fed to a forward that trains
@@ -235,7 +287,8 @@ def generate(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature:
 
 def _decode(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: float, top_k: int | None,
             top_p: float | None, use_cache: bool, generator: torch.Generator | None,
-            eos_id: int | None, attention_mask: torch.Tensor | None, forward) -> torch.Tensor:
+            eos_id: int | None, attention_mask: torch.Tensor | None, forward,
+            penalty: float | None = None) -> torch.Tensor:
     B, T = idx.shape
     out = idx.new_empty(B, T + max_new_tokens)                          # (B, T + new), filled as we go
     out[:, :T] = idx
@@ -249,6 +302,10 @@ def _decode(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: 
     finished = torch.zeros(B, dtype=torch.bool, device=idx.device) if eos_id is not None else None
     logits = forward(idx, cache=cache, attention_mask=_upto(mask, T))[0][:, -1]  # (B, V) prefill (or full pass)
     for t in range(T, T + max_new_tokens):
+        if penalty is not None:                                         # first, as in transformers
+            # (B, t) the text so far; a pad is replaced by the row's last prompt token, which is seen anyway
+            seen = out[:, :t] if mask is None else torch.where(mask[:, :t], out[:, :t], out[:, T - 1 : T])
+            logits = _penalize(logits, seen, penalty)
         token = _sample(logits, temperature, top_k, top_p, generator)   # (B,)
         if finished is not None:
             token = token.masked_fill(finished, eos_id)                 # finished rows keep emitting eos
@@ -307,15 +364,19 @@ def _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, 
 
 def stream(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
            top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
-           stop_ids: frozenset[int] | set[int] = frozenset()) -> Iterator[int]:
+           stop_ids: frozenset[int] | set[int] = frozenset(),
+           repetition_penalty: float | None = None) -> Iterator[int]:
     """`generate` for one prompt idx (1, T), one token at a time: yields each new id as soon as it is chosen.
 
     Stops before a token of stop_ids (not yielded) or after max_new_tokens. The same cached decoding as
-    generate, so it yields the tokens generate returns (with the same generator state). The model is in
-    eval mode while the stream is open (its previous mode comes back when it ends or is closed); each forward
-    runs under torch.inference_mode(), which does not leak into the caller between tokens.
+    generate (repetition_penalty included), so it yields the tokens generate returns (with the same generator
+    state). The model is in eval mode while the stream is open (its previous mode comes back when it ends or
+    is closed); each forward runs under torch.inference_mode(), which does not leak into the caller between
+    tokens.
     """
     _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, True, generator, None, None)
+    _check_repetition_penalty(repetition_penalty)
+    penalty = None if repetition_penalty in (None, 1) else repetition_penalty
     if idx.shape[0] != 1:
         raise ValueError(f"stream takes one prompt, idx of shape (1, T), got {tuple(idx.shape)}; use generate "
                          "for a batch")
@@ -325,14 +386,19 @@ def stream(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: f
     model.eval()
     try:
         T = idx.shape[1]
+        seen = idx.new_empty(1, T + max_new_tokens)                          # (1, T + new) the text so far
+        seen[:, :T] = idx
         with torch.inference_mode():
             cache = model.new_cache(1, T + max_new_tokens)
             logits = model(idx, cache=cache)[0][:, -1]                       # (1, V) prefill
         for t in range(max_new_tokens):
             with torch.inference_mode():
+                if penalty is not None:
+                    logits = _penalize(logits, seen[:, : T + t], penalty)
                 token = _sample(logits, temperature, top_k, top_p, generator)  # (1,)
             if int(token) in stop_ids:
                 return
+            seen[:, T + t] = token
             yield int(token)
             if t < max_new_tokens - 1:
                 with torch.inference_mode():
