@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tinylm.book import Question, check_function, check_lora_forward, quiz
+from tinylm.book import Question, check_function, check_group_advantages, check_lora_forward, quiz
 from tinylm.lora import LoRAConfig, LoRALinear
 
 
@@ -202,3 +202,50 @@ def test_check_lora_forward_refuses_an_answer_that_calls_tinylm_lora():
     assert not v and "calls tinylm.lora." in v.message, v.message
 
     assert LoRALinear.forward is original                                 # put back after the check
+
+
+# The preferences chapter's exercise: GRPO's group advantages, (r - group mean) / (group sample std + eps)
+def advantages_solution(rewards):
+    mean, std = rewards.mean(dim=1, keepdim=True), rewards.std(dim=1, keepdim=True)
+    return (rewards - mean) / (std + 1e-4)
+
+
+def advantages_zero_for_silent_groups(rewards):     # no eps, silent groups set to 0 by hand: right too
+    mean, std = rewards.mean(dim=1, keepdim=True), rewards.std(dim=1, keepdim=True)
+    return torch.where(std > 0, (rewards - mean) / std.clamp(min=1e-12), torch.zeros_like(rewards))
+
+
+def test_check_group_advantages_passes_solutions_and_refuses_a_stub():
+    assert check_group_advantages(advantages_solution)
+    assert check_group_advantages(advantages_zero_for_silent_groups)
+
+    def stub(rewards):
+        raise NotImplementedError
+    v = check_group_advantages(stub)
+    assert not v and "not written yet" in v.message, v.message
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda r: (r - r.mean()) / (r.std() + 1e-4), "not the whole batch's"),
+    (lambda r: (r - r.mean(dim=1, keepdim=True)) / (r.std() + 1e-4), "the std is each group's"),
+    (lambda r: (r - r.mean()) / (r.std(dim=1, keepdim=True) + 1e-4), "the mean is each group's"),
+    (lambda r: (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, unbiased=False, keepdim=True) + 1e-4),
+     "not the population one"),
+    (lambda r: (r - r.mean(dim=1, keepdim=True)) / r.std(dim=1, keepdim=True), "add eps"),
+    (lambda r: r / (r.std(dim=1, keepdim=True) + 1e-4), "subtract the group's mean"),
+    (lambda r: r - r.mean(dim=1, keepdim=True), None),                   # not divided at all: no named slip
+])
+def test_check_group_advantages_refuses_the_common_slips_and_names_them(wrong, hint):
+    v = check_group_advantages(wrong)
+    assert not v and ("values differ" in v.message or "nan" in v.message), v.message
+    assert (hint in v.message) if hint else "Hint" not in v.message, v.message
+
+
+def test_check_group_advantages_refuses_an_answer_that_calls_tinylm_grpo():
+    from tinylm import grpo
+    original = grpo.group_advantages.__code__
+    v = check_group_advantages(lambda r: grpo.group_advantages(r))
+    assert not v and "calls tinylm.grpo." in v.message and "yourself" in v.message, v.message
+    v = check_group_advantages(grpo.group_advantages)                    # the library's function as the answer
+    assert not v and "calls tinylm.grpo." in v.message, v.message
+    assert grpo.group_advantages.__code__ is original                    # put back after the check

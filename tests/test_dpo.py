@@ -72,6 +72,17 @@ def test_the_reference_is_the_base_model_exactly():
     assert torch.equal(sequence_logps(model, PROMPTS, ANSWERS).detach(), policy)   # and on again afterwards
 
 
+def test_the_reference_has_no_dropout_and_keeps_the_model_training():
+    base = random_model(tiny(vocab_size=64, max_seq_len=48, dropout=0.5), std=0.1)
+    with torch.no_grad():
+        want = sequence_logps(base, PROMPTS, ANSWERS)                        # eval mode: no dropout
+    model = add_lora(copy.deepcopy(base), LoRAConfig(rank=4)).train()       # training: dropout on
+    with reference(model):
+        first, second = sequence_logps(model, PROMPTS, ANSWERS), sequence_logps(model, PROMPTS, ANSWERS)
+    assert torch.equal(first, want) and torch.equal(second, want)           # the same function every call
+    assert model.training                                                    # the mode given back
+
+
 def test_dpo_loss_against_a_hand_computation():
     pc, pr = torch.tensor([-1.0, -3.0]), torch.tensor([-2.0, -1.0])
     rc, rr = torch.tensor([-1.5, -2.0]), torch.tensor([-1.0, -1.5])

@@ -72,9 +72,15 @@ def sequence_logps(model: TinyLM, prompts: Sequence[Sequence[int]], answers: Seq
 
 @contextmanager
 def reference(model: TinyLM) -> Iterator[TinyLM]:
-    """`with reference(model):` the reference model, no gradients: the adapter off (`adapter_disabled`)."""
-    with adapter_disabled(model), torch.no_grad():
-        yield model
+    """`with reference(model):` the reference model, no gradients: the adapter off (`adapter_disabled`), in eval
+    mode (no dropout, so the reference is the same function at every step), the model's mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with adapter_disabled(model), torch.no_grad():
+            yield model
+    finally:
+        model.train(was_training)
 
 
 def batched(fn, model: TinyLM, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]],

@@ -9,17 +9,20 @@ Element ids are derived from a key the chapter gives, so re-executing a chapter 
 - `quizzes`: `Question`, `quiz`;
 - `checkers`: `check_function`, `check_swiglu_backward`, their `Verdict`;
 - `lora_checker`: chapter 15's `check_lora_forward` (the LoRA forward against `tinylm.lora`);
+- `grpo_checker`: the preferences chapter's `check_group_advantages` (GRPO's advantages against `tinylm.grpo`);
 - `sandbox`: how a checker runs the learner's code (a deadline; `forbid`'s refused functions);
 - `explorers`: `static_explorer`, `live_explorer`.
 """
 
 from .checkers import Verdict, check_function, check_swiglu_backward
 from .display import Table, Timed, glue, millions, plot_style, table
+from .grpo_checker import advantages_reference, check_group_advantages
 from .lora_checker import check_lora_forward, lora_reference
 from .explorers import StaticExplorer, live_explorer, static_explorer
 from .quizzes import Question, Quiz, quiz
 
 __all__ = [
-    "Question", "Quiz", "StaticExplorer", "Table", "Timed", "Verdict", "check_function", "check_lora_forward",
+    "Question", "Quiz", "StaticExplorer", "Table", "Timed", "Verdict", "advantages_reference", "check_function",
+    "check_group_advantages", "check_lora_forward",
     "check_swiglu_backward", "glue", "lora_reference", "live_explorer", "millions", "plot_style", "quiz", "static_explorer", "table",
 ]
