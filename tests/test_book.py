@@ -153,7 +153,7 @@ def test_forbid_must_name_modules_or_classes():
         check_function(own_encode, TOK.encode, TEXTS, forbid=["tinylm.tokenizer"])
 
 
-# Chapter 15's exercise: the LoRA forward, W x + (alpha / r) B A x
+# Chapter 16's exercise: the LoRA forward, W x + (alpha / r) B A x
 def lora_solution(x, W, A, B, alpha):
     return x @ W.T + alpha / A.shape[0] * (x @ A.T) @ B.T
 
@@ -204,7 +204,7 @@ def test_check_lora_forward_refuses_an_answer_that_calls_tinylm_lora():
     assert LoRALinear.forward is original                                 # put back after the check
 
 
-# The preferences chapter's exercise: GRPO's group advantages, (r - group mean) / (group sample std + eps)
+# Chapter 17's exercise: GRPO's group advantages, (r - group mean) / (group sample std + eps)
 def advantages_solution(rewards):
     mean, std = rewards.mean(dim=1, keepdim=True), rewards.std(dim=1, keepdim=True)
     return (rewards - mean) / (std + 1e-4)

@@ -124,7 +124,7 @@ COLAB_HAS = {"numpy", "matplotlib", "torch", "tinylm", "ipywidgets", "IPython", 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_chapters_import_only_what_colab_has(path):
-    """... or what the chapter's own setup cell installs when it is missing (chapter 13: gguf)."""
+    """... or what the chapter's own setup cell installs when it is missing (chapter 14: gguf)."""
     import sys
 
     nb = load(path)

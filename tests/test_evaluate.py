@@ -100,7 +100,7 @@ def test_english_ids_start_like_the_whole_text_and_forgetting_compares_base_and_
 
 @pytest.mark.slow
 def test_smollm2_english_perplexity_is_chapter_14s_text():
-    """The forgetting check reads the same 1,024 tokens chapter 14 compares weight formats on."""
+    """The forgetting check reads the same 1,024 tokens chapter 15 compares weight formats on."""
     from pydoc_data.topics import topics
 
     from tinylm.pretrained import load_gguf, smollm2_gguf_path

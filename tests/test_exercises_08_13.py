@@ -1,4 +1,4 @@
-# The exercise checkers of chapters 8-13, run from the chapters' own cells: each rejects a plausible wrong
+# The exercise checkers of chapters 8-14, run from the chapters' own cells: each rejects a plausible wrong
 # answer and an answer that calls tinylm's (or gguf's) implementation, and accepts the solution.
 # Run: .venv/bin/python -m pytest tests/test_exercises_08_13.py
 import json
@@ -93,7 +93,7 @@ def test_micrograd_engine_matches_rms_norm_backward():
 
 @pytest.mark.slow
 def test_q4_1_checker():
-    ns = run_cells("13_real_model.ipynb", "from tinylm.pretrained import load_gguf", "path = smollm2_gguf_path()",
+    ns = run_cells("14_real_model.ipynb", "from tinylm.pretrained import load_gguf", "path = smollm2_gguf_path()",
                    "gg = read_gguf(path)", "Q4_1 = gguf.GGMLQuantizationType.Q4_1",
                    "q41 = {n: t for n, t in gg.tensors.items()", "def check(fn)", "def q4_1_block_interleaved")
     check, gguf = ns["check"], ns["gguf"]

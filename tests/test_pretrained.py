@@ -162,7 +162,7 @@ def test_cached_decoding_equals_recomputation(ours, greedy):
 
 
 def test_without_undoing_the_row_order_the_model_is_broken(ours):
-    """The lesson of chapter 13, in numbers: the same file with llama.cpp's q/k rows left in place."""
+    """The lesson of chapter 14, in numbers: the same file with llama.cpp's q/k rows left in place."""
     model, tok = ours
     x = torch.tensor([tok.encode(english())[:300]])
     layer = model.layers[0].self_attn

@@ -1,4 +1,4 @@
-# The unpinned timing process of chapter 14 (tinylm.speed), on small models.
+# The unpinned timing process of chapter 15 (tinylm.speed), on small models.
 # Run: .venv/bin/python -m pytest tests/test_speed.py
 """The timing process starts without the numerics pins and returns its jobs' results; the timers measure what
 they say; bad jobs are refused."""

@@ -235,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adapter", type=Path, help="a LoRA adapter (python -m tinylm.finetune's adapter.safetensors), "
                    "merged into the weights before they are converted to --format")
     p.add_argument("--format", default="int8", choices=("fp32", "bf16", "int8"),
-                   help="weight format (default int8, the fastest on a CPU: chapter 14)")
+                   help="weight format (default int8, the fastest on a CPU: chapter 15)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="longest reply in tokens (default 256)")
     p.add_argument("--temperature", type=float, default=0.7, help="0 is greedy (default 0.7)")
     p.add_argument("--top-k", type=int, default=50, help="keep the k most likely tokens (default 50)")

@@ -15,7 +15,7 @@ Wilson's score interval (Wilson, 1927) for k right out of n, z = 1.96 for 95%:
 Unlike p ± z·sqrt(p(1-p)/n) it stays inside [0, 1] and is not zero-width at 0 of 100 or 100 of 100.
 
 The forgetting check scores text that is not the task: the standard library's documentation topics
-(`pydoc_data.topics`, English prose every Python ships, as chapter 14 uses), by perplexity over fixed
+(`pydoc_data.topics`, English prose every Python ships, as chapter 15 uses), by perplexity over fixed
 windows; and a few fixed chat questions answered greedily, before and after.
 """
 

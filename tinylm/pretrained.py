@@ -178,7 +178,7 @@ def load_gguf(path: str | os.PathLike, progress: bool = True, max_seq_len: int |
 
     progress: a tqdm bar while dequantising. max_seq_len: the RoPE tables' length (default: the file's
     context, 8,192 for SmolLM2). undo_permute=False keeps llama.cpp's q/k row order: a broken model, for the
-    lesson of chapter 13 only. max_bytes: refuse a model that needs more memory (weights in fp32 and RoPE
+    lesson of chapter 14 only. max_bytes: refuse a model that needs more memory (weights in fp32 and RoPE
     tables; None: half of this machine's RAM).
     """
     check_bool("progress", progress)

@@ -8,8 +8,8 @@ Element ids are derived from a key the chapter gives, so re-executing a chapter 
 - `display`: glue (numbers for the prose), the plot style, tables, `millions`;
 - `quizzes`: `Question`, `quiz`;
 - `checkers`: `check_function`, `check_swiglu_backward`, their `Verdict`;
-- `lora_checker`: chapter 15's `check_lora_forward` (the LoRA forward against `tinylm.lora`);
-- `grpo_checker`: the preferences chapter's `check_group_advantages` (GRPO's advantages against `tinylm.grpo`);
+- `lora_checker`: chapter 16's `check_lora_forward` (the LoRA forward against `tinylm.lora`);
+- `grpo_checker`: chapter 17's `check_group_advantages` (GRPO's advantages against `tinylm.grpo`);
 - `sandbox`: how a checker runs the learner's code (a deadline; `forbid`'s refused functions);
 - `explorers`: `static_explorer`, `live_explorer`.
 """

@@ -1,4 +1,4 @@
-"""Chapter 15's exercise checker: the learner writes the LoRA forward, graded against `tinylm.lora.LoRALinear`."""
+"""Chapter 16's exercise checker: the learner writes the LoRA forward, graded against `tinylm.lora.LoRALinear`."""
 
 from __future__ import annotations
 
