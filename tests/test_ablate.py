@@ -43,7 +43,7 @@ def fake_runs(monkeypatch):
     """ablate.run without training: val bpb = 2 + |log2(lr / best)| / 10 + seed / 100; 'nope' at 6e-3 diverges."""
     calls = []
 
-    def run(variant, lr, seed, minutes, texts, cache, peak):
+    def run(variant, lr, seed, minutes, texts, cache, peak, base=""):
         calls.append((variant, lr, seed))
         best = {"base": 3e-3, "nope": 6e-3, "kv1": 1.5e-3}[variant]
         if variant == "nope" and lr == 6e-3:

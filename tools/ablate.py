@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         def do(variant: str, lr: float, seed: int) -> None:
             if find(rows, variant, lr, seed, args.minutes):
                 return
-            row = run(variant, lr, seed, args.minutes, texts, args.cache, peak, **({"base": args.base} if args.base else {}))
+            row = run(variant, lr, seed, args.minutes, texts, args.cache, peak, args.base)
             rows.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()
