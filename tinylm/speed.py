@@ -3,8 +3,9 @@
 The chapters execute under pins that force every numerical library onto its AVX2 code paths and 2 threads, so
 that their printed numbers are the same on every machine. Timings made that way would time forced AVX2 kernels
 on an AVX-512 machine. `unpinned(job=kwargs, ...)` therefore runs jobs of this module in a new Python process
-whose environment lacks those pins (`python -m tinylm.speed JSON`) and returns what each job returns (plain
-numbers, lists and strings, through JSON):
+whose environment lacks those pins (`echo go | python -m tinylm.speed JSON`) and returns what each job returns
+(plain numbers, lists and strings, through JSON). `TimingProcess(job=kwargs, ...)` starts that process and lets
+it load SmolLM2 while the caller loads its own copy; its `results()` then runs the jobs:
 
     job           what it measures
     machine       the CPU's flags, memory bandwidth (a large copy) and fp32 matmul FLOP/s
@@ -15,12 +16,13 @@ numbers, lists and strings, through JSON):
     overhead      seconds per step of a model with SmolLM2's 30 layers at width 72, whose matmuls cost ~nothing
 
 Decoding steps are timed one by one and their median kept; other times are medians of `repeats` runs after a
-warm-up. Library code prints nothing.
+warm-up (speculative: without one, each generation both timed and checked). Library code prints nothing.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import statistics
@@ -45,20 +47,51 @@ CPU_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
 FORMATS = ("fp32", "bf16", "int8", "w8a8", "q4")
 
 
+class TimingProcess:
+    """A fresh Python process without the numerics pins, started at once: it loads the SmolLM2 formats its jobs
+    need, then waits. `results()` lets it run the jobs (names in JOBS, with their keyword arguments), in the
+    order given, and returns {job: its result}, and under "cpu_seconds" {job: the CPU time it took} ("load":
+    the loading). Load your own models between the two calls: the two loads overlap, the timings do not, since
+    the caller only waits while the jobs run. timeout: seconds that `results()` waits at most (None: no limit;
+    a busy machine can stretch a minute of CPU time into many)."""
+
+    def __init__(self, timeout: float | None = None, **jobs: dict[str, Any]):
+        unknown = [j for j in jobs if j not in JOBS]
+        if unknown or not jobs:
+            raise ValueError(f"jobs must be among {', '.join(JOBS)}, got {', '.join(unknown) or 'none'}")
+        env = {k: v for k, v in os.environ.items() if k not in PINNED}
+        self.timeout = timeout
+        self._process = subprocess.Popen([sys.executable, "-m", "tinylm.speed", json.dumps(jobs)], env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True)
+
+    def results(self) -> dict[str, Any]:
+        """Let the process time its jobs (once it has loaded), wait for it, and return what they returned."""
+        try:
+            out, err = self._process.communicate("go\n", timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.communicate()
+            raise
+        if self._process.returncode != 0:
+            raise RuntimeError(f"the timing process failed:\n{err[-2000:]}")
+        return json.loads(out.splitlines()[-1])
+
+
 def unpinned(timeout: float | None = None, **jobs: dict[str, Any]) -> dict[str, Any]:
-    """Run each job (a name in JOBS, with its keyword arguments) in one fresh Python process without the numerics
-    pins, in the order given, and return {job: its result}, and under "cpu_seconds" {job: the CPU time it took}.
-    SmolLM2 is loaded once for all of them. timeout: seconds of wall-clock time for the whole process (None:
-    no limit; a busy machine can stretch a minute of CPU time into many)."""
-    unknown = [j for j in jobs if j not in JOBS]
-    if unknown or not jobs:
-        raise ValueError(f"jobs must be among {', '.join(JOBS)}, got {', '.join(unknown) or 'none'}")
-    env = {k: v for k, v in os.environ.items() if k not in PINNED}
-    out = subprocess.run([sys.executable, "-m", "tinylm.speed", json.dumps(jobs)], env=env,
-                         capture_output=True, text=True, timeout=timeout)
-    if out.returncode != 0:
-        raise RuntimeError(f"the timing process failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.splitlines()[-1])
+    """`TimingProcess(timeout, **jobs).results()`: the jobs' results, with nothing loaded in between."""
+    return TimingProcess(timeout, **jobs).results()
+
+
+def formats_needed(jobs: dict[str, dict[str, Any]]) -> list[str]:
+    """The SmolLM2 formats the jobs use (their `formats` or `fmt` argument, given or by default), in FORMATS'
+    order."""
+    need = set()
+    for job, kwargs in jobs.items():
+        bound = inspect.signature(JOBS[job]).bind_partial(**kwargs)
+        bound.apply_defaults()
+        need |= set(bound.arguments.get("formats", ())) | {bound.arguments.get("fmt")}
+    return [f for f in FORMATS if f in need]
 
 
 def median_time(fn: Callable[[], Any], repeats: int = 3, warm_up: bool = True) -> float:
@@ -66,12 +99,18 @@ def median_time(fn: Callable[[], Any], repeats: int = 3, warm_up: bool = True) -
     a function that has just run)."""
     if warm_up:
         fn()
-    times = []
+    return timed(fn, repeats)[0]
+
+
+def timed(fn: Callable[[], Any], repeats: int = 1) -> tuple[float, Any]:
+    """(median wall-clock seconds of `repeats` calls of fn(), what the first call returned), with no warm-up:
+    a result that is both checked and timed costs one run, not two."""
+    times, results = [], []
     for _ in range(repeats):
         start = time.perf_counter()
-        fn()
+        results.append(fn())
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(times), results[0]
 
 
 def decode_seconds(model: TinyLM, prompt: torch.Tensor, new: int, repeats: int = 1) -> float:
@@ -205,11 +244,9 @@ def speculative(fmt: str = "q4", prompts: dict[str, str] | None = None, new: int
     out = {}
     for name, text in (prompts or {}).items():
         ids = torch.tensor([tok.encode_chat([{"role": "user", "content": text}])])
-        plain = generate(model, ids, new, temperature=0.0)
-        spec, stats = speculative_generate(model, ids, new, k=k)
-        with torch.inference_mode():
-            t_plain = median_time(lambda: generate(model, ids, new, temperature=0.0), repeats, warm_up=False)
-        t_spec = median_time(lambda: speculative_generate(model, ids, new, k=k), repeats, warm_up=False)
+        # each run is timed, the first one's tokens compared (earlier jobs have run the model: no warm-up)
+        t_plain, plain = timed(lambda: generate(model, ids, new, temperature=0.0), repeats)
+        t_spec, (spec, stats) = timed(lambda: speculative_generate(model, ids, new, k=k), repeats)
         out[name] = {**stats, "plain_seconds": t_plain, "speculative_seconds": t_spec,
                      "same": bool(torch.equal(plain, spec))}
     return out
@@ -230,8 +267,14 @@ JOBS: dict[str, Callable[..., Any]] = {"machine": machine, "formats": formats, "
                                        "batch": batch, "speculative": speculative, "overhead": overhead}
 
 if __name__ == "__main__":
-    results: dict[str, Any] = {"cpu_seconds": {}}
-    for job, kwargs in json.loads(sys.argv[1]).items():
+    todo = json.loads(sys.argv[1])
+    start = time.process_time()
+    for fmt in formats_needed(todo):                     # while the caller loads its own models
+        smollm2(fmt)
+    results: dict[str, Any] = {"cpu_seconds": {"load": time.process_time() - start}}
+    if sys.stdin.readline().strip() != "go":             # the caller has gone: nothing to time
+        sys.exit(0)
+    for job, kwargs in todo.items():
         start = time.process_time()
         results[job] = JOBS[job](**kwargs)
         results["cpu_seconds"][job] = time.process_time() - start
