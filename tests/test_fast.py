@@ -14,6 +14,7 @@ from torch._dynamo.utils import counters
 from helpers import random_model, tiny
 from tinylm.fast import CACHE_BUCKET, CompiledDecoder
 from tinylm.generate import generate, sample_next
+from tinylm.quantize import quantize
 
 
 def test_greedy_refuses_a_single_nan_and_an_all_minus_inf_row():
@@ -46,6 +47,8 @@ def test_compiled_decoder_leaves_prefill_and_training_to_the_model_and_checks_it
         fast(torch.tensor([[1]]), cache=full)
     with pytest.raises(ValueError, match="needs a tinylm.TinyLM"):
         CompiledDecoder(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="w8a8 model cannot be compiled"):
+        CompiledDecoder(quantize(random_model(tiny(dim=64, ffn_dim=128)), "w8a8"))
 
 
 @pytest.mark.slow   # torch.compile of one block takes seconds of CPU (gcc included)

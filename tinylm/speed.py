@@ -178,7 +178,7 @@ _LOADED: dict[str, Any] = {}
 
 def smollm2(fmt: str) -> TinyLM:
     """SmolLM2-135M in format fmt, made once per process: fp32 is the file dequantized, q4 the file's own
-    4-bit blocks (`tinylm.gguf_q4`), the others `tinylm.quantize.quantize` of fp32."""
+    4-bit blocks (`tinylm.gguf_q4`), bf16 and int8 `tinylm.quantize.quantize` of fp32, w8a8 of int8."""
     from .gguf_q4 import load_gguf_q4
     from .pretrained import load_gguf, smollm2_gguf_path
     from .quantize import quantize
@@ -190,8 +190,8 @@ def smollm2(fmt: str) -> TinyLM:
             _LOADED["q4"], _LOADED["tokenizer"] = load_gguf_q4(smollm2_gguf_path())
         elif fmt == "fp32":
             _LOADED["fp32"], _LOADED["tokenizer"] = load_gguf(smollm2_gguf_path(), progress=False)
-        else:
-            _LOADED[fmt] = quantize(copy.deepcopy(smollm2("fp32")), fmt)
+        else:                                        # w8a8 on int8's codes: one quantization for both
+            _LOADED[fmt] = quantize(copy.deepcopy(smollm2("int8" if fmt == "w8a8" else "fp32")), fmt)
     return _LOADED[fmt]
 
 
