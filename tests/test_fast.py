@@ -66,3 +66,4 @@ def test_compiled_generate_gives_the_eager_tokens_from_one_graph():
     assert counters["stats"]["unique_graphs"] - before == 1
     with pytest.raises(ValueError, match="compiled"):
         generate(model, idx, 2, compiled=1)
+

@@ -33,9 +33,21 @@ def test_the_timing_process_loads_what_its_jobs_use_and_times_nothing_once_its_c
     assert speed.formats_needed({"formats": {}}) == list(speed.FORMATS)               # the default: all five
     assert speed.formats_needed({"threads": {"formats": ["q4"]}, "batch": {}, "machine": {}}) == ["fp32", "q4"]
     assert speed.formats_needed({"overhead": {}}) == []
+    assert speed.formats_needed({"compiled": {}}) == ["fp32", "q4"]
     timing = speed.TimingProcess(machine={"threads": 1})
     out, err = timing._process.communicate("", timeout=120)    # no "go": the caller stopped before results()
     assert timing._process.returncode == 0 and out == "", err
+
+
+@pytest.mark.slow   # SmolLM2 in q4, and one block compiled twice: unpinned, then here under the pins
+def test_the_compiled_job_times_both_paths_and_compares_their_tokens_pinned_or_not():
+    job = {"formats": ["q4"], "counts": [1], "new": 2, "repeats": 1, "check": 4}
+    for out in (speed.unpinned(compiled=job)["compiled"], speed.compiled(**job)):
+        row = out["q4 @ 1"]
+        assert set(out) == {"q4 @ 1"} and row["same"] is True
+        assert row["first"] > row["compiled"] > 0 and row["eager"] > 0      # the first run compiled
+    # the unpinned process left its AVX-512 code in Inductor's cache: a pinned process that runs it segfaults
+    # (tinylm.fast compiles pinned processes without that cache)
 
 
 def test_unknown_or_missing_jobs_are_refused():

@@ -28,6 +28,7 @@ No freezing (Inductor's weights-as-constants mode): the one graph serves 30 laye
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 
 import torch
@@ -65,8 +66,15 @@ def _block_step(block: Block, x: torch.Tensor, cos: torch.Tensor | None, sin: to
 
 @functools.cache
 def _compiled_block_step() -> Callable:
-    """_block_step through torch.compile (made on first use: importing Inductor takes seconds)."""
-    return torch.compile(_block_step, dynamic=False)
+    """_block_step through torch.compile (made on first use: importing Inductor takes seconds).
+
+    Inductor writes C++ for the vector width of ATEN_CPU_CAPABILITY (the numerics pins set avx2) and keeps
+    the graph's code in an on-disk cache (its FX graph cache) whose key, in torch 2.13, leaves that out: a
+    pinned process that found the AVX-512 code of an unpinned one ran it and crashed (a segfault, measured).
+    A pinned process therefore compiles without that cache.
+    """
+    pinned = "ATEN_CPU_CAPABILITY" in os.environ
+    return torch.compile(_block_step, dynamic=False, options={"fx_graph_cache": False} if pinned else None)
 
 
 class CompiledDecoder:

@@ -14,6 +14,9 @@ it load SmolLM2 while the caller loads its own copy; its `results()` then runs t
     batch         seconds per decoding step at each batch size
     speculative   plain greedy against prompt-lookup speculative decoding, per prompt: seconds and statistics
     overhead      seconds per step of a model with SmolLM2's 30 layers at width 72, whose matmuls cost ~nothing
+    compiled      the overhead switch per format and thread count: compile time, eager and compiled seconds
+                  per step, and whether greedy decoding gives the same tokens
+                  (`echo go | python -m tinylm.speed '{"compiled": {}}'` measures fp32 and q4 at 1 .. all cores)
 
 Decoding steps are timed one by one and their median kept; other times are medians of `repeats` runs after a
 warm-up (speculative: without one, each generation both timed and checked). Library code prints nothing.
@@ -35,6 +38,7 @@ from typing import Any
 import torch
 
 from .config import Config
+from .fast import CompiledDecoder
 from .generate import generate
 from .model import TinyLM
 
@@ -113,11 +117,12 @@ def timed(fn: Callable[[], Any], repeats: int = 1) -> tuple[float, Any]:
     return statistics.median(times), results[0]
 
 
-def decode_seconds(model: TinyLM, prompt: torch.Tensor, new: int, repeats: int = 1) -> float:
+def decode_seconds(model: TinyLM | CompiledDecoder, prompt: torch.Tensor, new: int, repeats: int = 1) -> float:
     """Seconds of one decoding step, the median over `new` steps (after one untimed step): the prompt (B, T) is
     prefilled into a KV cache, then each step is one forward of one token per row and its greedy choice. The
     median of single steps shrugs off a pause of the machine that a total time would absorb. repeats: how
-    many times to run the whole measurement, the median of all the steps being kept."""
+    many times to run the whole measurement, the median of all the steps being kept. model: a TinyLM, or a
+    `CompiledDecoder` (its caches, its compiled steps)."""
     B, T = prompt.shape
     times = []
     with torch.inference_mode():
@@ -263,8 +268,32 @@ def overhead(new: int = 16, repeats: int = 3, threads: int = 1) -> float:
     return decode_seconds(model, torch.randint(0, 256, (1, 8)), new, repeats)
 
 
+def compiled(formats: list[str] = ["fp32", "q4"], counts: list[int] | None = None, new: int = 32,
+             repeats: int = 3, check: int = 64) -> dict[str, dict[str, Any]]:
+    """The overhead switch (`tinylm.fast.CompiledDecoder`) per format and thread count ("fp32 @ 1", ...):
+    seconds of the first compiled run, compile included (`first`); seconds per decoding step, eager and
+    compiled, each the median over `repeats` interleaved rounds (`eager`, `compiled`); and, once per format,
+    whether greedy decoding of `check` tokens gives eager's tokens (`same`, at the last thread count)."""
+    counts = counts or list(range(1, (os.cpu_count() or 1) + 1))
+    out: dict[str, dict[str, Any]] = {}
+    for f in formats:
+        model, prompt = smollm2(f), _prompt(1, 64)
+        fast = CompiledDecoder(model)
+        for n in counts:
+            _threads(n)
+            first = timed(lambda: decode_seconds(fast, prompt, 1))[0]
+            rounds = [(decode_seconds(model, prompt, new), decode_seconds(fast, prompt, new)) for _ in range(repeats)]
+            out[f"{f} @ {n}"] = {"first": first, "eager": statistics.median(e for e, _ in rounds),
+                                 "compiled": statistics.median(c for _, c in rounds)}
+        want = generate(model, prompt, check, temperature=0.0)
+        out[f"{f} @ {counts[-1]}"]["same"] = bool(torch.equal(generate(model, prompt, check, temperature=0.0,
+                                                                        compiled=True), want))
+    return out
+
+
 JOBS: dict[str, Callable[..., Any]] = {"machine": machine, "formats": formats, "threads": threads,
-                                       "batch": batch, "speculative": speculative, "overhead": overhead}
+                                       "batch": batch, "speculative": speculative, "overhead": overhead,
+                                       "compiled": compiled}
 
 if __name__ == "__main__":
     todo = json.loads(sys.argv[1])
