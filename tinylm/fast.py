@@ -21,7 +21,8 @@ The embedding, the id check, the final norm, the head and the sampling stay eage
 (dynamic shapes, the cache position a symbolic int) was still in AOT autograd after 10 minutes; one block
 compiles in seconds of CPU. fp32, bf16, int8 and q4 each compile to one graph with greedy tokens equal to
 eager's on SmolLM2 (64 tokens, measured; see docs/benchmarks.md). w8a8 is refused: fbgemm's packed weights
-are a TorchScript object that Dynamo cannot trace, so every linear splits the graph.
+are a TorchScript object that Dynamo cannot trace, so every linear splits the graph. Mixture-of-experts
+layers route data-dependently and split it too (a tiny MoE model: 18 graphs, the same tokens).
 No freezing (Inductor's weights-as-constants mode): the one graph serves 30 layers' different weights.
 """
 
