@@ -12,7 +12,7 @@ import torch
 
 from helpers import random_model, tiny
 from tinylm.generate import generate
-from tinylm.quantize import (KERNEL, Int8Linear, compare, dequantize_int8, quantize, quantize_int8,
+from tinylm.quantize import (KERNEL, Int8Linear, compare, compare_all, dequantize_int8, quantize, quantize_int8,
                              weight_bytes_per_token, weight_format)
 
 # Relative error of the logits, max |format - fp32| / max |fp32|, on the std-0.3 tiny model: bf16 keeps 8
@@ -126,10 +126,23 @@ def test_compare_identity_and_difference():
     assert diff["ppl_ratio"] != 1.0 and 0.8 < diff["top1"] <= 1.0
 
 
+def test_compare_all_gives_each_models_compare_and_w8a8_from_int8_is_w8a8_from_fp32():
+    ref, int8 = model_pair("int8")
+    w8a8 = quantize(copy.deepcopy(ref), "w8a8")
+    reused = quantize(copy.deepcopy(int8), "w8a8")              # int8's own codes and scales, not quantized again
+    assert [type(m) for m in reused.modules()] == [type(m) for m in w8a8.modules()]
+    assert all(torch.equal(a, b) for a, b in zip(w8a8.state_dict().values(), reused.state_dict().values()))
+    ids = torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(3))
+    both = compare_all(ref, {"int8": int8, "w8a8": reused}, ids, window=16)
+    assert both == {"int8": compare(ref, int8, ids, window=16), "w8a8": compare(ref, w8a8, ids, window=16)}
+    assert both["int8"] != both["w8a8"]
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda m: quantize(m, "int4"), "fmt"),
     (lambda m: quantize(m, "fp32"), "fmt"),
     (lambda m: quantize(quantize(m, "int8"), "int8"), "already int8"),
+    (lambda m: quantize(quantize(m, "int8"), "q4"), "already int8"),
     (lambda m: quantize(quantize(m, "bf16"), "int8"), "already bf16"),
     (lambda m: quantize(m.state_dict(), "int8"), "model"),
     (lambda m: quantize(m, "int8", head="yes"), "head"),

@@ -23,10 +23,31 @@ def test_the_timing_process_runs_without_the_pins_and_reports_the_cpu():
     assert "ATEN_CPU_CAPABILITY" in __import__("os").environ          # conftest pinned this process
     runs = speed.unpinned(machine={"threads": 1})
     out = runs["machine"]
-    assert set(runs["cpu_seconds"]) == {"machine"} and runs["cpu_seconds"]["machine"] > 0
+    assert set(runs["cpu_seconds"]) == {"load", "machine"} and runs["cpu_seconds"]["machine"] > 0
     assert out["pinned"] == []
     assert sorted(out["has"] + out["lacks"]) == sorted(speed.CPU_FLAGS)
     assert out["bandwidth"] > 1e8 and out["flops"] > 1e8 and out["threads"] == 1
+
+
+def test_the_timing_process_loads_what_its_jobs_use_and_times_nothing_once_its_caller_has_gone():
+    assert speed.formats_needed({"formats": {}}) == list(speed.FORMATS)               # the default: all five
+    assert speed.formats_needed({"threads": {"formats": ["q4"]}, "batch": {}, "machine": {}}) == ["fp32", "q4"]
+    assert speed.formats_needed({"overhead": {}}) == []
+    assert speed.formats_needed({"compiled": {}}) == ["fp32", "q4"]
+    timing = speed.TimingProcess(machine={"threads": 1})
+    out, err = timing._process.communicate("", timeout=120)    # no "go": the caller stopped before results()
+    assert timing._process.returncode == 0 and out == "", err
+
+
+@pytest.mark.slow   # SmolLM2 in q4, and one block compiled twice: unpinned, then here under the pins
+def test_the_compiled_job_times_both_paths_and_compares_their_tokens_pinned_or_not():
+    job = {"formats": ["q4"], "counts": [1], "new": 2, "repeats": 1, "check": 4}
+    for out in (speed.unpinned(compiled=job)["compiled"], speed.compiled(**job)):
+        row = out["q4 @ 1"]
+        assert set(out) == {"q4 @ 1"} and row["same"] is True
+        assert row["first"] > row["compiled"] > 0 and row["eager"] > 0      # the first run compiled
+    # the unpinned process left its AVX-512 code in Inductor's cache: a pinned process that runs it segfaults
+    # (tinylm.fast compiles pinned processes without that cache)
 
 
 def test_unknown_or_missing_jobs_are_refused():
@@ -49,6 +70,18 @@ def test_median_time_is_the_median_after_a_warm_up():
     assert len(calls) == 4
     delays = iter([0.02])
     assert speed.median_time(fn, 1, warm_up=False) >= 0.02 and len(calls) == 5
+
+
+def test_timed_times_every_call_and_returns_the_first_result():
+    delays, results = iter([0.03, 0.0, 0.0]), iter(["first", "second", "third"])
+
+    def fn():
+        time.sleep(next(delays))
+        return next(results)
+    seconds, first = speed.timed(fn, 3)              # no warm-up: the slow first call is one of the three
+    assert first == "first" and seconds < 0.02       # the median of 0.03, 0, 0
+    with pytest.raises(StopIteration):               # all three values were used
+        next(results)
 
 
 def test_decode_seconds_times_one_step_of_a_batch():

@@ -298,7 +298,7 @@ def _decode(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: 
     if attention_mask is not None and not bool(attention_mask.all()):
         mask = torch.ones(B, T + max_new_tokens, dtype=torch.bool, device=idx.device)  # new tokens are real
         mask[:, :T] = attention_mask.bool()
-    cache = model.new_cache(B, T + max_new_tokens) if use_cache else None
+    cache = forward.new_cache(B, T + max_new_tokens) if use_cache else None  # the model's, or CompiledDecoder's
     finished = torch.zeros(B, dtype=torch.bool, device=idx.device) if eos_id is not None else None
     logits = forward(idx, cache=cache, attention_mask=_upto(mask, T))[0][:, -1]  # (B, V) prefill (or full pass)
     for t in range(T, T + max_new_tokens):

@@ -81,6 +81,8 @@ class Int8Linear(nn.Module):
         q, scale = quantize_int8(weight)
         self.register_buffer("weight", q)                    # (N, K) int8
         self.register_buffer("scale", scale)                 # (N,) fp32
+        # (N,) the scales as both paths multiply by them, rounded to bf16 once (not per call; not saved)
+        self.register_buffer("scale_bf16", scale.to(torch.bfloat16), persistent=False)
         self.kernel = kernel and int8pack_fits(q.shape[1])
 
     @property
@@ -95,10 +97,10 @@ class Int8Linear(nn.Module):
         shape, dtype = x.shape, x.dtype
         xb = x.reshape(-1, shape[-1]).to(torch.bfloat16)                        # (M, K)
         if self.kernel:
-            y = torch.ops.aten._weight_int8pack_mm(xb, self.weight, self.scale.to(torch.bfloat16))
+            y = torch.ops.aten._weight_int8pack_mm(xb, self.weight, self.scale_bf16)
         else:
             # the scale is per output channel, so it factors out of the sum: (x @ q.T) * scale == x @ (q*s).T
-            y = F.linear(xb.float(), self.weight.float()) * self.scale.to(torch.bfloat16).float()
+            y = F.linear(xb.float(), self.weight.float()) * self.scale_bf16.float()
             y = y.to(torch.bfloat16)                                             # as the kernel returns it
         return y.to(dtype).reshape(*shape[:-1], self.out_features)              # (..., N)
 
@@ -130,7 +132,7 @@ def weight_format(model: TinyLM) -> str:
 
 def quantize(model: TinyLM, fmt: str, head: bool = True, kernel: bool = KERNEL) -> TinyLM:
     """Convert a fp32 TinyLM to `fmt` ("bf16", "int8", "w8a8" or "q4") in place, for inference; return it
-    (in eval mode).
+    (in eval mode). An int8 model becomes w8a8 on its own int8 weights and scales (the same as from fp32).
 
     head (int8, w8a8, q4): quantize the output head too (a tied head gets its own copy, the embedding stays
     fp32). kernel (int8, q4): use torch's kernel where it fits (True) or the readable fallback everywhere
@@ -146,9 +148,15 @@ def quantize(model: TinyLM, fmt: str, head: bool = True, kernel: bool = KERNEL) 
         raise ValueError("quantize's linears are bias-free, this model has cfg.bias=True; quantize a model "
                          "with bias=False")
     have = weight_format(model)
+    if (have, fmt) == ("int8", "w8a8"):              # the same int8 weights and scales: nothing quantized again
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, Int8Linear):
+                    setattr(parent, name, W8A8Linear(child.weight, child.scale))
+        return model.eval().requires_grad_(False)
     if have != "fp32" or any(p.dtype != torch.float32 for p in model.parameters()):
-        raise ValueError(f"model must be fp32 to quantize, it is already {have}; load or build a fresh fp32 "
-                         "model and quantize that")
+        raise ValueError(f"model must be fp32 to quantize (or int8, to make it w8a8), it is already {have}; "
+                         "load or build a fresh fp32 model and quantize that")
     if fmt == "bf16":
         for p in model.parameters():                 # parameters only: the float64 RoPE tables stay exact
             p.data = p.data.to(torch.bfloat16)
@@ -177,11 +185,13 @@ def quantized_linear(weight: torch.Tensor, fmt: str, kernel: bool = KERNEL) -> n
 def weight_bytes_per_token(model: TinyLM) -> int:
     """Bytes of weights one decoding step reads: every matrix once, but only one embedding row per token.
 
-    With a tied fp32 head the embedding matrix is read whole (as the head); int8 scales count too.
+    With a tied fp32 head the embedding matrix is read whole (as the head); int8 scales count too, as stored
+    (fp32; the kernel reads Int8Linear's bf16 copy, which is not saved and not counted). The tensors counted
+    are the state dict's: the RoPE tables are not weights.
     """
     read, seen = 0, set()
-    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-        if name in ("cos", "sin") or id(t) in seen:
+    for name, t in model.state_dict(keep_vars=True).items():
+        if id(t) in seen:
             continue
         seen.add(id(t))
         nbytes = t.numel() * t.element_size()
@@ -198,29 +208,43 @@ def compare(reference: TinyLM, model: TinyLM, ids: torch.Tensor, window: int = 5
     Returns perplexity of each (exp of the mean next-token cross-entropy), their ratio, and top-1
     agreement: the share of positions where both put the same token first. Works for any two TinyLMs
     with the same vocabulary in any format (a real model and its quantized copy, or the trained mini
-    companion). For the agreement of whole greedy continuations see `greedy_agreement`.
+    companion). For the agreement of whole greedy continuations see `greedy_agreement`; for several
+    models against one reference, `compare_all`.
     """
+    return compare_all(reference, {"model": model}, ids, window)["model"]
+
+
+@torch.no_grad()
+def compare_all(reference: TinyLM, models: dict[str, TinyLM], ids: torch.Tensor, window: int = 512
+                ) -> dict[str, dict[str, float]]:
+    """{name: `compare(reference, model, ids, window)`} for each of `models`, the reference run once per window."""
     check_int("window", window, low=2)
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] < 2:
         got = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
         raise ValueError(f"ids must be a (1, N) tensor of token ids with N >= 2, got {got}")
-    nll = {"reference": 0.0, "model": 0.0}
-    same = count = 0
+    nll_ref, nll, same, count = 0.0, dict.fromkeys(models, 0.0), dict.fromkeys(models, 0), 0
     for start in range(0, ids.shape[1] - 1, window):
         x = ids[:, start : start + window + 1]
         if x.shape[1] < 2:
             break
         inp, tgt = x[:, :-1], x[:, 1:]
-        top = {}
-        for key, m in (("reference", reference), ("model", model)):
-            logits = m(inp)[0].float()                                        # (1, T, V)
-            nll[key] += F.cross_entropy(logits[0], tgt[0], reduction="sum").item()
-            top[key] = logits.argmax(-1)
-        same += int((top["reference"] == top["model"]).sum())
+        loss, top_ref = _nll_and_top(reference, inp, tgt)
+        nll_ref += loss
+        for name, m in models.items():
+            loss, top = _nll_and_top(m, inp, tgt)
+            nll[name] += loss
+            same[name] += int((top == top_ref).sum())
         count += tgt.numel()
-    ppl_ref, ppl = math.exp(nll["reference"] / count), math.exp(nll["model"] / count)
-    return {"ppl_reference": ppl_ref, "ppl": ppl, "ppl_ratio": ppl / ppl_ref, "top1": same / count,
-            "tokens": count}
+    ppl_ref = math.exp(nll_ref / count)
+    ppl = {name: math.exp(n / count) for name, n in nll.items()}
+    return {name: {"ppl_reference": ppl_ref, "ppl": ppl[name], "ppl_ratio": ppl[name] / ppl_ref,
+                   "top1": same[name] / count, "tokens": count} for name in models}
+
+
+def _nll_and_top(model: TinyLM, inp: torch.Tensor, tgt: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """The summed next-token cross-entropy of tgt (1, T) after inp (1, T), and the argmax ids (1, T)."""
+    logits = model(inp)[0].float()                                            # (1, T, V)
+    return F.cross_entropy(logits[0], tgt[0], reduction="sum").item(), logits.argmax(-1)
 
 
 def greedy_agreement(reference: TinyLM, model: TinyLM, prompt: torch.Tensor, new_tokens: int = 64) -> dict[str, int]:

@@ -3,8 +3,9 @@
 The chapters execute under pins that force every numerical library onto its AVX2 code paths and 2 threads, so
 that their printed numbers are the same on every machine. Timings made that way would time forced AVX2 kernels
 on an AVX-512 machine. `unpinned(job=kwargs, ...)` therefore runs jobs of this module in a new Python process
-whose environment lacks those pins (`python -m tinylm.speed JSON`) and returns what each job returns (plain
-numbers, lists and strings, through JSON):
+whose environment lacks those pins (`echo go | python -m tinylm.speed JSON`) and returns what each job returns
+(plain numbers, lists and strings, through JSON). `TimingProcess(job=kwargs, ...)` starts that process and lets
+it load SmolLM2 while the caller loads its own copy; its `results()` then runs the jobs:
 
     job           what it measures
     machine       the CPU's flags, memory bandwidth (a large copy) and fp32 matmul FLOP/s
@@ -13,14 +14,18 @@ numbers, lists and strings, through JSON):
     batch         seconds per decoding step at each batch size
     speculative   plain greedy against prompt-lookup speculative decoding, per prompt: seconds and statistics
     overhead      seconds per step of a model with SmolLM2's 30 layers at width 72, whose matmuls cost ~nothing
+    compiled      the overhead switch per format and thread count: compile time, eager and compiled seconds
+                  per step, and whether greedy decoding gives the same tokens
+                  (`echo go | python -m tinylm.speed '{"compiled": {}}'` measures fp32 and q4 at 1 .. all cores)
 
 Decoding steps are timed one by one and their median kept; other times are medians of `repeats` runs after a
-warm-up. Library code prints nothing.
+warm-up (speculative: without one, each generation both timed and checked). Library code prints nothing.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import statistics
@@ -33,6 +38,7 @@ from typing import Any
 import torch
 
 from .config import Config
+from .fast import CompiledDecoder
 from .generate import generate
 from .model import TinyLM
 
@@ -45,20 +51,51 @@ CPU_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
 FORMATS = ("fp32", "bf16", "int8", "w8a8", "q4")
 
 
+class TimingProcess:
+    """A fresh Python process without the numerics pins, started at once: it loads the SmolLM2 formats its jobs
+    need, then waits. `results()` lets it run the jobs (names in JOBS, with their keyword arguments), in the
+    order given, and returns {job: its result}, and under "cpu_seconds" {job: the CPU time it took} ("load":
+    the loading). Load your own models between the two calls: the two loads overlap, the timings do not, since
+    the caller only waits while the jobs run. timeout: seconds that `results()` waits at most (None: no limit;
+    a busy machine can stretch a minute of CPU time into many)."""
+
+    def __init__(self, timeout: float | None = None, **jobs: dict[str, Any]):
+        unknown = [j for j in jobs if j not in JOBS]
+        if unknown or not jobs:
+            raise ValueError(f"jobs must be among {', '.join(JOBS)}, got {', '.join(unknown) or 'none'}")
+        env = {k: v for k, v in os.environ.items() if k not in PINNED}
+        self.timeout = timeout
+        self._process = subprocess.Popen([sys.executable, "-m", "tinylm.speed", json.dumps(jobs)], env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True)
+
+    def results(self) -> dict[str, Any]:
+        """Let the process time its jobs (once it has loaded), wait for it, and return what they returned."""
+        try:
+            out, err = self._process.communicate("go\n", timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.communicate()
+            raise
+        if self._process.returncode != 0:
+            raise RuntimeError(f"the timing process failed:\n{err[-2000:]}")
+        return json.loads(out.splitlines()[-1])
+
+
 def unpinned(timeout: float | None = None, **jobs: dict[str, Any]) -> dict[str, Any]:
-    """Run each job (a name in JOBS, with its keyword arguments) in one fresh Python process without the numerics
-    pins, in the order given, and return {job: its result}, and under "cpu_seconds" {job: the CPU time it took}.
-    SmolLM2 is loaded once for all of them. timeout: seconds of wall-clock time for the whole process (None:
-    no limit; a busy machine can stretch a minute of CPU time into many)."""
-    unknown = [j for j in jobs if j not in JOBS]
-    if unknown or not jobs:
-        raise ValueError(f"jobs must be among {', '.join(JOBS)}, got {', '.join(unknown) or 'none'}")
-    env = {k: v for k, v in os.environ.items() if k not in PINNED}
-    out = subprocess.run([sys.executable, "-m", "tinylm.speed", json.dumps(jobs)], env=env,
-                         capture_output=True, text=True, timeout=timeout)
-    if out.returncode != 0:
-        raise RuntimeError(f"the timing process failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.splitlines()[-1])
+    """`TimingProcess(timeout, **jobs).results()`: the jobs' results, with nothing loaded in between."""
+    return TimingProcess(timeout, **jobs).results()
+
+
+def formats_needed(jobs: dict[str, dict[str, Any]]) -> list[str]:
+    """The SmolLM2 formats the jobs use (their `formats` or `fmt` argument, given or by default), in FORMATS'
+    order."""
+    need = set()
+    for job, kwargs in jobs.items():
+        bound = inspect.signature(JOBS[job]).bind_partial(**kwargs)
+        bound.apply_defaults()
+        need |= set(bound.arguments.get("formats", ())) | {bound.arguments.get("fmt")}
+    return [f for f in FORMATS if f in need]
 
 
 def median_time(fn: Callable[[], Any], repeats: int = 3, warm_up: bool = True) -> float:
@@ -66,19 +103,26 @@ def median_time(fn: Callable[[], Any], repeats: int = 3, warm_up: bool = True) -
     a function that has just run)."""
     if warm_up:
         fn()
-    times = []
+    return timed(fn, repeats)[0]
+
+
+def timed(fn: Callable[[], Any], repeats: int = 1) -> tuple[float, Any]:
+    """(median wall-clock seconds of `repeats` calls of fn(), what the first call returned), with no warm-up:
+    a result that is both checked and timed costs one run, not two."""
+    times, results = [], []
     for _ in range(repeats):
         start = time.perf_counter()
-        fn()
+        results.append(fn())
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(times), results[0]
 
 
-def decode_seconds(model: TinyLM, prompt: torch.Tensor, new: int, repeats: int = 1) -> float:
+def decode_seconds(model: TinyLM | CompiledDecoder, prompt: torch.Tensor, new: int, repeats: int = 1) -> float:
     """Seconds of one decoding step, the median over `new` steps (after one untimed step): the prompt (B, T) is
     prefilled into a KV cache, then each step is one forward of one token per row and its greedy choice. The
     median of single steps shrugs off a pause of the machine that a total time would absorb. repeats: how
-    many times to run the whole measurement, the median of all the steps being kept."""
+    many times to run the whole measurement, the median of all the steps being kept. model: a TinyLM, or a
+    `CompiledDecoder` (its caches, its compiled steps)."""
     B, T = prompt.shape
     times = []
     with torch.inference_mode():
@@ -139,7 +183,7 @@ _LOADED: dict[str, Any] = {}
 
 def smollm2(fmt: str) -> TinyLM:
     """SmolLM2-135M in format fmt, made once per process: fp32 is the file dequantized, q4 the file's own
-    4-bit blocks (`tinylm.gguf_q4`), the others `tinylm.quantize.quantize` of fp32."""
+    4-bit blocks (`tinylm.gguf_q4`), bf16 and int8 `tinylm.quantize.quantize` of fp32, w8a8 of int8."""
     from .gguf_q4 import load_gguf_q4
     from .pretrained import load_gguf, smollm2_gguf_path
     from .quantize import quantize
@@ -151,8 +195,8 @@ def smollm2(fmt: str) -> TinyLM:
             _LOADED["q4"], _LOADED["tokenizer"] = load_gguf_q4(smollm2_gguf_path())
         elif fmt == "fp32":
             _LOADED["fp32"], _LOADED["tokenizer"] = load_gguf(smollm2_gguf_path(), progress=False)
-        else:
-            _LOADED[fmt] = quantize(copy.deepcopy(smollm2("fp32")), fmt)
+        else:                                        # w8a8 on int8's codes: one quantization for both
+            _LOADED[fmt] = quantize(copy.deepcopy(smollm2("int8" if fmt == "w8a8" else "fp32")), fmt)
     return _LOADED[fmt]
 
 
@@ -205,11 +249,9 @@ def speculative(fmt: str = "q4", prompts: dict[str, str] | None = None, new: int
     out = {}
     for name, text in (prompts or {}).items():
         ids = torch.tensor([tok.encode_chat([{"role": "user", "content": text}])])
-        plain = generate(model, ids, new, temperature=0.0)
-        spec, stats = speculative_generate(model, ids, new, k=k)
-        with torch.inference_mode():
-            t_plain = median_time(lambda: generate(model, ids, new, temperature=0.0), repeats, warm_up=False)
-        t_spec = median_time(lambda: speculative_generate(model, ids, new, k=k), repeats, warm_up=False)
+        # each run is timed, the first one's tokens compared (earlier jobs have run the model: no warm-up)
+        t_plain, plain = timed(lambda: generate(model, ids, new, temperature=0.0), repeats)
+        t_spec, (spec, stats) = timed(lambda: speculative_generate(model, ids, new, k=k), repeats)
         out[name] = {**stats, "plain_seconds": t_plain, "speculative_seconds": t_spec,
                      "same": bool(torch.equal(plain, spec))}
     return out
@@ -226,12 +268,42 @@ def overhead(new: int = 16, repeats: int = 3, threads: int = 1) -> float:
     return decode_seconds(model, torch.randint(0, 256, (1, 8)), new, repeats)
 
 
+def compiled(formats: list[str] = ["fp32", "q4"], counts: list[int] | None = None, new: int = 32,
+             repeats: int = 3, check: int = 64) -> dict[str, dict[str, Any]]:
+    """The overhead switch (`tinylm.fast.CompiledDecoder`) per format and thread count ("fp32 @ 1", ...):
+    seconds of the first compiled run, compile included (`first`); seconds per decoding step, eager and
+    compiled, each the median over `repeats` interleaved rounds (`eager`, `compiled`); and, once per format,
+    whether greedy decoding of `check` tokens gives eager's tokens (`same`, at the last thread count)."""
+    counts = counts or list(range(1, (os.cpu_count() or 1) + 1))
+    out: dict[str, dict[str, Any]] = {}
+    for f in formats:
+        model, prompt = smollm2(f), _prompt(1, 64)
+        fast = CompiledDecoder(model)
+        for n in counts:
+            _threads(n)
+            first = timed(lambda: decode_seconds(fast, prompt, 1))[0]
+            rounds = [(decode_seconds(model, prompt, new), decode_seconds(fast, prompt, new)) for _ in range(repeats)]
+            out[f"{f} @ {n}"] = {"first": first, "eager": statistics.median(e for e, _ in rounds),
+                                 "compiled": statistics.median(c for _, c in rounds)}
+        want = generate(model, prompt, check, temperature=0.0)
+        out[f"{f} @ {counts[-1]}"]["same"] = bool(torch.equal(generate(model, prompt, check, temperature=0.0,
+                                                                        compiled=True), want))
+    return out
+
+
 JOBS: dict[str, Callable[..., Any]] = {"machine": machine, "formats": formats, "threads": threads,
-                                       "batch": batch, "speculative": speculative, "overhead": overhead}
+                                       "batch": batch, "speculative": speculative, "overhead": overhead,
+                                       "compiled": compiled}
 
 if __name__ == "__main__":
-    results: dict[str, Any] = {"cpu_seconds": {}}
-    for job, kwargs in json.loads(sys.argv[1]).items():
+    todo = json.loads(sys.argv[1])
+    start = time.process_time()
+    for fmt in formats_needed(todo):                     # while the caller loads its own models
+        smollm2(fmt)
+    results: dict[str, Any] = {"cpu_seconds": {"load": time.process_time() - start}}
+    if sys.stdin.readline().strip() != "go":             # the caller has gone: nothing to time
+        sys.exit(0)
+    for job, kwargs in todo.items():
         start = time.process_time()
         results[job] = JOBS[job](**kwargs)
         results["cpu_seconds"][job] = time.process_time() - start
