@@ -98,6 +98,43 @@ def test_dpo_loss_against_a_hand_computation():
     assert float(dpo_loss(pc, pr, rc, rr, beta=2.0)[0]) != pytest.approx(want)   # beta matters
 
 
+def test_the_nll_term_is_the_chosen_answers_loss_per_token():
+    pc, pr = torch.tensor([-1.0, -3.0]), torch.tensor([-2.0, -1.0])
+    rc, rr = torch.tensor([-1.5, -2.0]), torch.tensor([-1.0, -1.5])
+    plain, _ = dpo_loss(pc, pr, rc, rr, beta=0.5)
+    lengths = torch.tensor([2, 4])
+    loss, stats = dpo_loss(pc, pr, rc, rr, beta=0.5, nll_coef=0.3, chosen_lengths=lengths)
+    nll = (1.0 / 2 + 3.0 / 4) / 2                                            # -log p per token, averaged: 0.625
+    assert stats["nll"] == pytest.approx(nll) and float(loss) == pytest.approx(float(plain) + 0.3 * nll)
+    # its gradient raises the chosen answers' log-probabilities: d loss / d pc is more negative with the term
+    pc.requires_grad_(True)
+    grads = []
+    for coef in (0.0, 1.0):
+        pc.grad = None
+        dpo_loss(pc, pr, rc, rr, 0.5, coef, lengths)[0].backward()
+        grads.append(pc.grad.clone())
+    assert torch.allclose(grads[1] - grads[0], -1.0 / lengths / 2)
+    with pytest.raises(ValueError, match="needs chosen_lengths"):
+        dpo_loss(pc, pr, rc, rr, nll_coef=1.0)
+
+
+def test_with_the_nll_term_the_chosen_answers_become_likelier():
+    """Plain DPO on pairs that share most tokens may lower both answers; with the NLL term the chosen rises."""
+    problem = addition(1, 2)
+    pairs = [Pair(problem, p, c + [30], c + [31]) for p, c in zip(PROMPTS, ANSWERS)]   # differ in the last token
+    chosen_logp = {}
+    for coef in (0.0, 1.0):
+        model = add_lora(random_model(CFG, std=0.1), LoRAConfig(rank=4, alpha=8))
+        objective = DPOObjective(model, pairs, beta=0.1, nll_coef=coef)
+        start = float(objective.ref_chosen.sum())
+        train(model, objective, None, TrainConfig(steps=5, batch_size=3, lr=1e-2, warmup=0, eval_every=5),
+              progress=False)
+        with torch.no_grad():
+            chosen_logp[coef] = float(sequence_logps(model, PROMPTS, [p.chosen for p in pairs]).sum()) - start
+        assert ("nll" in objective.log[0]) == (coef > 0)
+    assert chosen_logp[1.0] > 0 and chosen_logp[1.0] > chosen_logp[0.0] + 0.5
+
+
 def test_one_dpo_step_moves_the_policy_toward_the_chosen_answers():
     model = add_lora(random_model(CFG, std=0.1), LoRAConfig(rank=4, alpha=8))
     problem = addition(1, 2)
@@ -144,6 +181,7 @@ def test_on_policy_pairs_are_seeded_and_follow_the_rule(tok):
     (lambda m: token_logps(m, [[1] * 40], [[2] * 10]), "more than the model's max_seq_len"),
     (lambda m: dpo_loss(torch.zeros(2), torch.zeros(3), torch.zeros(2), torch.zeros(2)), "the same length"),
     (lambda m: dpo_loss(*[torch.zeros(2)] * 4, beta=0), "beta must be"),
+    (lambda m: dpo_loss(*[torch.zeros(2)] * 4, nll_coef=-1), "nll_coef must be"),
     (lambda m: DPOObjective(m, []), "no pair was found"),
     (lambda m: make_pairs(m, None, [addition(1, 2)], n_samples=1), "n_samples must be"),
     (lambda m: make_pairs(m, None, [addition(1, 2)], prefer="longer"), "prefer must be"),

@@ -47,10 +47,17 @@ class Pair:
 
 
 def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
-             ref_rejected: torch.Tensor, beta: float = 0.1) -> tuple[torch.Tensor, dict]:
+             ref_rejected: torch.Tensor, beta: float = 0.1, nll_coef: float = 0.0,
+             chosen_lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """The mean DPO loss over N pairs from four (N,) sequence log-probabilities, and its measures:
-    {"margin": mean r_c - r_r, "accuracy": share of r_c > r_r, "chosen_reward", "rejected_reward": means}."""
+    {"margin": mean r_c - r_r, "accuracy": share of r_c > r_r, "chosen_reward", "rejected_reward": means}.
+
+    nll_coef > 0 adds the chosen answers' negative log-likelihood per token, times nll_coef (Pang et al., 2024,
+    "Iterative Reasoning Preference Optimization": DPO plus a length-normalised NLL term on the winner, their
+    α = 1): plain DPO may lower the chosen answer's likelihood as long as the rejected one falls faster, and this
+    term holds the chosen one up. It needs chosen_lengths, the (N,) answer token counts; stats gain "nll"."""
     check_number("beta", beta, 0, low_open=True)
+    check_number("nll_coef", nll_coef, 0)
     logps = (policy_chosen, policy_rejected, ref_chosen, ref_rejected)
     if not all(isinstance(t, torch.Tensor) and t.dim() == 1 for t in logps) or len({t.shape for t in logps}) != 1 \
             or policy_chosen.numel() == 0:
@@ -64,6 +71,15 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_cho
     margin, chosen_reward, rejected_reward = margin.detach(), chosen_reward.detach(), rejected_reward.detach()
     stats = {"margin": float(margin.mean()), "accuracy": float((margin > 0).float().mean()),
              "chosen_reward": float(chosen_reward.mean()), "rejected_reward": float(rejected_reward.mean())}
+    if nll_coef > 0:
+        if not isinstance(chosen_lengths, torch.Tensor) or chosen_lengths.shape != policy_chosen.shape \
+                or bool((chosen_lengths <= 0).any()):
+            raise ValueError("nll_coef > 0 needs chosen_lengths: a 1-D tensor of the chosen answers' token counts "
+                             f"(each >= 1), as long as policy_chosen ({policy_chosen.numel()}), got "
+                             f"{tuple(chosen_lengths.shape) if isinstance(chosen_lengths, torch.Tensor) else chosen_lengths!r}")
+        nll = (-policy_chosen / chosen_lengths.to(policy_chosen)).mean()
+        loss = loss + nll_coef * nll
+        stats["nll"] = float(nll.detach())
     return loss, stats
 
 
@@ -116,16 +132,17 @@ def make_pairs(model: TinyLM, tokenizer: BPETokenizer, problems: Sequence[Proble
 
 class DPOObjective(Objective):
     """DPO over a fixed list of pairs, for `tinylm.train.train`: each step draws batch_size pairs (with
-    replacement) and returns their mean loss. The reference log-probabilities are computed here, once, with
-    the model's adapter off; `log` gets each step's loss, margin and accuracy."""
+    replacement) and returns their mean loss (plus nll_coef times the chosen answers' NLL per token). The
+    reference log-probabilities are computed here, once, with the model's adapter off; `log` gets each step's loss, margin and accuracy."""
 
     def __init__(self, model: TinyLM, pairs: Sequence[Pair], beta: float = 0.1, pad_id: int = 0,
-                 batch_size: int = 32):
+                 batch_size: int = 32, nll_coef: float = 0.0):
         if not pairs or not all(isinstance(p, Pair) for p in pairs):
             raise ValueError("pairs must be a non-empty list of tinylm.dpo.Pair (make_pairs makes them); no pair "
                              "was found: sample more answers per prompt, at a higher temperature, or more prompts")
         self.pairs, self.pad_id = list(pairs), check_int("pad_id", pad_id, low=0)
         self.beta = check_number("beta", beta, 0, low_open=True)
+        self.nll_coef = check_number("nll_coef", nll_coef, 0)
         prompts = [p.prompt for p in self.pairs]
         with reference(model):
             self.ref_chosen = batched(sequence_logps, model, prompts, [p.chosen for p in self.pairs], batch_size,
@@ -140,8 +157,9 @@ class DPOObjective(Objective):
         logps = sequence_logps(model, prompts + prompts, [p.chosen for p in pairs] + [p.rejected for p in pairs],
                                self.pad_id)                                  # (2B,): chosen, then rejected
         index = torch.tensor(rows, device=self.ref_chosen.device)
+        lengths = torch.tensor([len(p.chosen) for p in pairs], device=logps.device)
         return dpo_loss(logps[: len(rows)], logps[len(rows):], self.ref_chosen[index].to(logps.device),
-                        self.ref_rejected[index].to(logps.device), self.beta)
+                        self.ref_rejected[index].to(logps.device), self.beta, self.nll_coef, lengths)
 
     def step_loss(self, model: TinyLM, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         rows = torch.randint(len(self.pairs), (batch_size,), generator=generator).tolist()

@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the answers that "
                     "make pairs (dpo) or groups (grpo) (default 1.0)")
     rl.add_argument("--beta", type=float, default=0.1, help="dpo: β, how far from the reference (default 0.1)")
+    rl.add_argument("--nll-coef", type=float, default=0.0, help="dpo: weight of the chosen answers' NLL per "
+                    "token added to the loss (Pang et al. 2024's RPO: 1; 0 is plain DPO) (default 0)")
     rl.add_argument("--prefer", default="correct", choices=tuple(PREFERENCES), help="dpo: which answer is chosen: "
                     "a right one over a wrong one, or the shortest over the longest (default correct)")
     rl.add_argument("--samples", type=int, default=4, help="dpo: answers sampled per prompt (default 4)")
@@ -151,6 +153,8 @@ def _check(args: argparse.Namespace) -> LoRAConfig:
     for flag in ("temperature", "beta"):
         if not getattr(args, flag) > 0:
             raise ValueError(f"--{flag} must be > 0, got {getattr(args, flag)}")
+    if not args.nll_coef >= 0:
+        raise ValueError(f"--nll-coef must be >= 0 (0 is plain DPO), got {args.nll_coef}")
     if not 0 < args.clip_eps < 1 or not args.kl_coef >= 0:
         raise ValueError(f"--clip-eps must be in (0, 1) and --kl-coef >= 0, got {args.clip_eps} and {args.kl_coef}")
     return LoRAConfig(rank=args.rank, alpha=args.alpha, targets=args.targets, init=args.init)
@@ -239,8 +243,9 @@ def _objective(args: argparse.Namespace, tc: TrainConfig, model, tok, splits) ->
         raise ValueError(f"no preference pair: the {args.samples} answers to every prompt were all "
                          f"{'right or all wrong' if args.prefer == 'correct' else 'as long'}; pass more --samples, "
                          "a higher --temperature, more --pair-prompts or another --prefer")
-    held_out = DPOObjective(model, val_pairs, args.beta, pad, args.eval_batch_size) if val_pairs else None
-    return DPOObjective(model, pairs, args.beta, pad, args.eval_batch_size), \
+    held_out = DPOObjective(model, val_pairs, args.beta, pad, args.eval_batch_size, args.nll_coef) \
+        if val_pairs else None
+    return DPOObjective(model, pairs, args.beta, pad, args.eval_batch_size, args.nll_coef), \
         {"measure": held_out and (lambda: held_out.metrics(model, args.eval_batch_size)), "pairs": info}
 
 
@@ -297,7 +302,7 @@ def _run_rl(args: argparse.Namespace, tc: TrainConfig, lora: LoRAConfig, model, 
           "per answer (0 at the start)")
     method: dict = {"evals": evals, "log": objective.log}
     if args.method == "dpo":
-        method |= {"beta": args.beta, "samples": args.samples, "pairs": held["pairs"]}
+        method |= {"beta": args.beta, "nll_coef": args.nll_coef, "samples": args.samples, "pairs": held["pairs"]}
     else:
         method |= {"group_size": args.group_size, "kl_coef": args.kl_coef, "clip_eps": args.clip_eps,
                    "updates_per_sample": args.updates_per_sample,
