@@ -131,8 +131,22 @@ def test_terminal_chat_answers_resets_and_quits(model_dir):
     assert out.count("you> ") == 6 and "never read" not in out  # 5 lines read before /quit, then it left
 
 
-def test_ctrl_c_stops_a_reply_not_the_program(model_dir):
-    chat = _chat(model_dir, "--max-new-tokens", "1000", "--temperature", "0", "--format", "fp32")
+@pytest.fixture(scope="module")
+def endless_model_dir(tmp_path_factory, tok):
+    """A model whose greedy reply never ends early: its output rows of the special tokens are zero, so their
+    logit is 0 and some ordinary token's is higher (a reply that hit a stop token after a few hundred tokens
+    could end before Ctrl-C arrived, and the test then failed on a quick machine)."""
+    path = tmp_path_factory.mktemp("tiny-chat-endless")
+    model = random_model(CFG.replace(dim=96, n_layers=3, max_seq_len=1100, tie_embeddings=False), std=0.3)
+    with torch.no_grad():
+        model.lm_head.weight[sorted(tok.special_ids.values())] = 0.0
+    save_checkpoint(path, model, make_optimizer(model, 1e-3, 0.0), 0, TrainConfig(steps=1), torch.Generator(),
+                    History(), tokenizer=tok)
+    return path
+
+
+def test_ctrl_c_stops_a_reply_not_the_program(endless_model_dir):
+    chat = _chat(endless_model_dir, "--max-new-tokens", "1000", "--temperature", "0", "--format", "fp32")
     chat.stdin.write("Tell me everything.\n")
     chat.stdin.flush()
     seen = ""
