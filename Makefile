@@ -42,12 +42,16 @@ serve:
 
 # Everything: unit tests, end-to-end tests (marked e2e), the real model against transformers (marked slow),
 # then every chapter re-executed and compared with its committed outputs (nbval).
+# Both run on WORKERS processes (pytest-xdist; WORKERS=0: one process). --dist loadscope keeps each test file and
+# each notebook on one worker, its tests in order (nbval runs a notebook's cells in one kernel).
+WORKERS ?= 2
+XDIST = -n $(WORKERS) --dist loadscope
 test: setup
-	$(BIN)/python -m pytest --nbval --durations=15 tests chapters
+	$(BIN)/python -m pytest $(XDIST) --nbval --durations=15 tests chapters
 
 # The fast loop (under a minute): the unit tests, without the e2e ones, the real-model ones (slow) and the chapters.
 unit: setup
-	$(BIN)/python -m pytest -m "not e2e and not slow" tests
+	$(BIN)/python -m pytest $(XDIST) -m "not e2e and not slow" tests
 
 nbval: setup
 	$(BIN)/python -m pytest --nbval chapters

@@ -332,9 +332,10 @@ def test_generate_checks_the_prompt_device():
 
 
 @pytest.mark.parametrize("content, match", [(b"not gzip at all", "is not gzip-compressed UTF-8 text"),
-                                            (gzip.compress(b"\xff\xfe\n"), "is not gzip-compressed UTF-8 text"),
-                                            (gzip.compress(b'{"text": 5}\n'), "line 1: 'text' must be a string"),
-                                            (gzip.compress(b'{"text": "a"}\n{x\n'), "line 2: not JSON")])
+                                            (gzip.compress(b"\xff\xfe\n", mtime=0), "is not gzip-compressed UTF-8 text"),
+                                            (gzip.compress(b'{"text": 5}\n', mtime=0), "line 1: 'text' must be a string"),
+                                            (gzip.compress(b'{"text": "a"}\n{x\n', mtime=0), "line 2: not JSON")],
+                         ids=["not gzip", "not UTF-8", "text not a string", "not JSON"])   # the same ids everywhere
 def test_corpus_files_that_are_not_what_they_claim(tmp_path, content, match):
     (tmp_path / corpus.STORY_FILES["train"]).write_bytes(content)
     refused(lambda: corpus.stories("train", tmp_path), match)
