@@ -114,11 +114,18 @@ def model_dir(tmp_path_factory, tok):
     return path
 
 
+def _default_sigint() -> None:
+    """In the child, before Python starts: Ctrl-C's default action. A child inherits an ignored SIGINT (pytest
+    started in the background by a shell without job control, or a pytest-xdist worker), and Python then
+    installs no KeyboardInterrupt handler, so the Ctrl-C test's signal did nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _chat(model_dir, *flags: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "tinylm.chat", "--model-dir", str(model_dir), "--threads", "1",
                              *flags], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT, env=env)
+                            text=True, cwd=ROOT, env=env, preexec_fn=_default_sigint)
 
 
 def test_terminal_chat_answers_resets_and_quits(model_dir):
@@ -134,8 +141,8 @@ def test_terminal_chat_answers_resets_and_quits(model_dir):
 @pytest.fixture(scope="module")
 def endless_model_dir(tmp_path_factory, tok):
     """A model whose greedy reply never ends early: its output rows of the special tokens are zero, so their
-    logit is 0 and some ordinary token's is higher (a reply that hit a stop token after a few hundred tokens
-    could end before Ctrl-C arrived, and the test then failed on a quick machine)."""
+    logit is 0 and some ordinary token's is higher. The reply is 1,000 tokens, whatever the machine: Ctrl-C
+    always arrives while it streams."""
     path = tmp_path_factory.mktemp("tiny-chat-endless")
     model = random_model(CFG.replace(dim=96, n_layers=3, max_seq_len=1100, tie_embeddings=False), std=0.3)
     with torch.no_grad():
