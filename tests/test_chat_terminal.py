@@ -108,7 +108,11 @@ def test_control_token_strings_in_a_message_stay_text(model, tok):
 def model_dir(tmp_path_factory, tok):
     """A small random model (long contexts: a reply of 1,000 tokens takes about a second to stream)."""
     path = tmp_path_factory.mktemp("tiny-chat")
-    model = random_model(CFG.replace(dim=96, n_layers=3, max_seq_len=1100), std=0.3)
+    return _save_chat_model(path, random_model(CFG.replace(dim=96, n_layers=3, max_seq_len=1100), std=0.3), tok)
+
+
+def _save_chat_model(path, model, tok):
+    """path, holding model and tok as a checkpoint folder that `python -m tinylm.chat --model-dir` reads."""
     save_checkpoint(path, model, make_optimizer(model, 1e-3, 0.0), 0, TrainConfig(steps=1), torch.Generator(),
                     History(), tokenizer=tok)
     return path
@@ -147,9 +151,7 @@ def endless_model_dir(tmp_path_factory, tok):
     model = random_model(CFG.replace(dim=96, n_layers=3, max_seq_len=1100, tie_embeddings=False), std=0.3)
     with torch.no_grad():
         model.lm_head.weight[sorted(tok.special_ids.values())] = 0.0
-    save_checkpoint(path, model, make_optimizer(model, 1e-3, 0.0), 0, TrainConfig(steps=1), torch.Generator(),
-                    History(), tokenizer=tok)
-    return path
+    return _save_chat_model(path, model, tok)
 
 
 def test_ctrl_c_stops_a_reply_not_the_program(endless_model_dir):

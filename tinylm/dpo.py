@@ -133,7 +133,8 @@ def make_pairs(model: TinyLM, tokenizer: BPETokenizer, problems: Sequence[Proble
 class DPOObjective(Objective):
     """DPO over a fixed list of pairs, for `tinylm.train.train`: each step draws batch_size pairs (with
     replacement) and returns their mean loss (plus nll_coef times the chosen answers' NLL per token). The
-    reference log-probabilities are computed here, once, with the model's adapter off; `log` gets each step's loss, margin and accuracy."""
+    reference log-probabilities are computed here, once, with the model's adapter off; `log` gets each step's
+    loss, margin and accuracy."""
 
     def __init__(self, model: TinyLM, pairs: Sequence[Pair], beta: float = 0.1, pad_id: int = 0,
                  batch_size: int = 32, nll_coef: float = 0.0):
