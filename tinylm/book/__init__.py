@@ -15,14 +15,14 @@ Element ids are derived from a key the chapter gives, so re-executing a chapter 
 """
 
 from .checkers import Verdict, check_function, check_swiglu_backward
-from .display import Table, Timed, glue, millions, plot_style, table
+from .display import Approx, Table, Timed, Varies, glue, millions, plot_style, table
 from .grpo_checker import advantages_reference, check_group_advantages
 from .lora_checker import check_lora_forward, lora_reference
 from .explorers import StaticExplorer, live_explorer, static_explorer
 from .quizzes import Question, Quiz, quiz
 
 __all__ = [
-    "Question", "Quiz", "StaticExplorer", "Table", "Timed", "Verdict", "advantages_reference", "check_function",
+    "Approx", "Question", "Quiz", "StaticExplorer", "Table", "Timed", "Varies", "Verdict", "advantages_reference", "check_function",
     "check_group_advantages", "check_lora_forward",
     "check_swiglu_backward", "glue", "lora_reference", "live_explorer", "millions", "plot_style", "quiz", "static_explorer", "table",
 ]

@@ -22,19 +22,63 @@ class Timed(float):
         p.text(repr(self))
 
 
-def glue(name: str, value: Any, display: bool = False, timed: bool = False) -> None:
+class Approx(float):
+    """A float glued for the prose. Its last digits depend on the CPU's arithmetic (the order a vectorised kernel
+    sums in), so its text form is the full value and, after `# ~`, two significant digits: nbval_sanitize.cfg
+    masks the full value and nbval compares the two digits, which no CPU changes (the rule: docs/testing.md)."""
+
+    def __repr__(self) -> str:
+        return f"{float(self)!r}  # ~{float(self):.2g}"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
+
+
+class Varies:
+    """A glued value that a run produces (a trained model's loss, a count from sampling): another CPU follows
+    another trajectory, so nbval compares none of it (its text ends in `# varies`, which nbval_sanitize.cfg
+    masks); the cell that glues it asserts the claim the prose makes of it instead."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"{self.value!r}  # varies"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
+
+    def _repr_markdown_(self) -> str | None:
+        """A glued Markdown (`{glue:md}`): its text, then an HTML comment (which the page does not show) that
+        nbval_sanitize.cfg masks the line by."""
+        markdown = getattr(self.value, "_repr_markdown_", None)
+        return None if markdown is None else f"{markdown()}  <!-- varies -->"
+
+
+def glue(name: str, value: Any, display: bool = False, timed: bool = False, varies: bool = False) -> None:
     """myst-nb's `glue` when it is installed (building the book, running the tests); elsewhere (Colab) the
     value has no page to go to, so it is only shown when display=True. timed: the value is a measured time or
-    rate (glued as a `Timed` number, which nbval does not compare)."""
-    if timed:
+    rate (glued as a `Timed` number, which nbval does not compare). varies: the value comes from a run whose
+    trajectory depends on the CPU (glued as `Varies`, not compared: assert its claim in the cell). Any other
+    float is glued as `Approx`: nbval compares its first two significant digits."""
+    if timed and varies:
+        raise ValueError(f"glue {name!r}: pass timed=True or varies=True, not both")
+    shown = value
+    if isinstance(value, (Timed, Approx, Varies)):
+        pass
+    elif timed:
         value = Timed(value)
+    elif varies:
+        value = Varies(value)
+    elif isinstance(value, float) or type(value).__name__ in ("float32", "float16", "float64"):
+        value = Approx(value)
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
         if display:
             from IPython.display import display as show
 
-            show(value)
+            show(shown)
         return
     myst_glue(name, value, display=display)
 
