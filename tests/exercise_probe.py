@@ -1,5 +1,6 @@
-# Runs inside a chapter's kernel for tests/test_exercise_bypass.py (not a test file itself: pytest does not collect
-# it). Stdlib only, and nothing at import time: the kernel loads it by path at an exercise.
+# Runs inside a chapter's kernel, in nbval's execution of the chapter (tests/exercise_nbval.py adds the cells that
+# load it; not a test file itself: pytest does not collect it). Stdlib only, and nothing at import time: the kernel
+# loads it by path at an exercise.
 """At an exercise of a chapter: every callable the learner could reach, each run through the chapter's checker.
 
 `candidates(ns)` lists what the learner can call at that point: every callable name of the namespace (functions,
@@ -15,7 +16,14 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import json
+import os
+import random
+import select
+import signal
 import sys
+import tempfile
+import time
 import types
 
 LIBRARIES = ("tinylm", "gguf")           # modules whose functions a learner could answer an exercise with
@@ -103,18 +111,105 @@ def _quietly(fn, *args):
             plt.close("all")
 
 
-def run(check, solutions: list, found: list[tuple[str, object]]) -> dict:
-    """The checker on the solution, then on each candidate in each argument position (the solution in the
-    others). Returns {"solution": (passed, verdict), "bypasses": [(position, label, verdict), ...], "tried": n}."""
-    report = {"solution": _quietly(check, *solutions), "bypasses": [], "tried": 0}
-    for position in range(len(solutions)):
-        for label, value in found:
-            if any(value is s for s in solutions):
-                continue
-            args = list(solutions)
-            args[position] = value
-            report["tried"] += 1
-            passed, verdict = _quietly(check, *args)
-            if passed:
-                report["bypasses"].append((position, label, verdict))
+@contextlib.contextmanager
+def _no_trace():
+    """Run candidates in a temporary folder (a `save` method writes there, if anywhere) and put the random
+    generators back afterwards (Python's, NumPy's, torch's), so the chapter's later cells see the state they
+    would have seen without the probe."""
+    cwd, state = os.getcwd(), random.getstate()
+    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    np_state = np.random.get_state() if np is not None else None
+    torch_state = torch.random.get_rng_state() if torch is not None else None
+    with tempfile.TemporaryDirectory() as folder:
+        os.chdir(folder)
+        try:
+            yield
+        finally:
+            os.chdir(cwd)
+            random.setstate(state)
+            if np_state is not None:
+                np.random.set_state(np_state)
+            if torch_state is not None:
+                torch.random.set_rng_state(torch_state)
+
+
+def _run(check, solutions: list, found: list[tuple[str, object]]) -> dict:
+    with _no_trace():
+        report = {"solution": _quietly(check, *solutions), "bypasses": [], "tried": 0}
+        for position in range(len(solutions)):
+            for label, value in found:
+                if any(value is s for s in solutions):
+                    continue
+                args = list(solutions)
+                args[position] = value
+                report["tried"] += 1
+                passed, verdict = _quietly(check, *args)
+                if passed:
+                    report["bypasses"].append((position, label, verdict))
     return report
+
+
+def run(check, solutions: list, found: list[tuple[str, object]], timeout: float = 600) -> dict:
+    """The checker on the solution, then on each candidate in each argument position (the solution in the
+    others). Returns {"solution": (passed, verdict), "bypasses": [(position, label, verdict), ...], "tried": n}.
+
+    Where the system can fork, the calls run in a forked copy of the kernel: a candidate that changes an object
+    it is handed or bound to (a model's method setting an attribute to the checker's array) changes the copy, not
+    the chapter's objects, and the chapter's later cells see what they would have seen without the probe."""
+    if not hasattr(os, "fork"):
+        return _run(check, solutions, found)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                      # the copy: run, send the report, leave without cleanup
+        code = 0
+        try:
+            os.close(read)
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                torch.set_num_threads(1)              # as PyTorch's own forked data-loader workers do
+            data = json.dumps(_run(check, solutions, found)).encode()
+        except BaseException as e:
+            data, code = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode(), 1
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write, view):]
+        finally:
+            os._exit(code)
+    os.close(write)
+    chunks, deadline = [], time.monotonic() + timeout
+    try:
+        while True:
+            ready, _, _ = select.select([read], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                raise TimeoutError(f"the probe's calls took more than {timeout:g} s")
+            chunk = os.read(read, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    if not chunks:
+        raise RuntimeError("the probe's forked copy died before it reported (out of memory, or a crash)")
+    report = json.loads(b"".join(chunks))
+    if "error" in report:
+        raise RuntimeError(f"the probe failed: {report['error']}")
+    return report
+
+
+def verdict(report: dict, what: str, names: list[str]) -> None:
+    """Raise an AssertionError naming every problem of `report` (from `run`): a refused solution, each
+    callable that passed."""
+    problems = []
+    passed, said = report["solution"]
+    if not passed:
+        problems.append(f"{what}: the checker refuses the chapter's own solution: {said}")
+    for position, label, said in report["bypasses"]:
+        slot = f" as argument {position + 1}" if len(names) > 1 else ""
+        problems.append(f"{what}: `{label}`{slot} passes the checker ({said})")
+    if problems:
+        raise AssertionError("an exercise that can be bypassed:\n" + "\n".join(problems))
+    if report["tried"] == 0:
+        raise AssertionError(f"{what}: the probe found no callable to try")
