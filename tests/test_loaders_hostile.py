@@ -25,6 +25,7 @@ from gguf_files import tokenizer_metadata, write_gguf
 from helpers import limits
 from tinylm import Config, KVCache, TinyLM, corpus, count_params, generate
 from tinylm._loading import check_finite, default_max_bytes, model_bytes
+from tinylm.gguf_q4 import load_gguf_q4
 from tinylm.hf import load_hf_dir, to_hf_state_dict
 from tinylm.pretrained import load_gguf, smollm2_gguf_path, tokenizer_from_gguf
 from tinylm.tokenizer import BPETokenizer
@@ -35,6 +36,9 @@ import fuzz_loaders  # noqa: E402  (tools/fuzz_loaders.py: the GGUF header walke
 
 TEXT = "The quick brown fox jumps over the lazy dog. 1234 + 5678 = 6912.\n  Indented   code();\n" * 20
 CFG = Config(vocab_size=300, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=64)
+# both GGUF loaders make the same checks (issue 37: load_gguf_q4 made none of its own)
+GGUF_LOADERS = {"load_gguf": lambda path, **kw: load_gguf(path, progress=False, **kw), "load_gguf_q4": load_gguf_q4}
+each_gguf_loader = pytest.mark.parametrize("load", list(GGUF_LOADERS.values()), ids=list(GGUF_LOADERS))
 HF_CONFIG = {"model_type": "llama", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 2,
              "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 64,
              "max_position_embeddings": 64, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": True}
@@ -132,14 +136,15 @@ def test_two_names_for_one_tensor_are_refused(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # memory or time from a tiny file
 # ---------------------------------------------------------------------------------------------
-def test_a_tiny_gguf_cannot_ask_for_gigabytes_of_rope_tables(tmp_path, tok):
+@each_gguf_loader
+def test_a_tiny_gguf_cannot_ask_for_gigabytes_of_rope_tables(tmp_path, tok, load):
     wide = Config(vocab_size=300, dim=16, n_layers=1, n_heads=1, n_kv_heads=1, head_dim=1024, ffn_dim=16,
                   max_seq_len=8)                                                # shapes that match the file
     path = write_gguf(tmp_path / "m.gguf", model(wide), tok, meta={"context_length": 2**17})
     assert path.stat().st_size < 1 << 20
-    refused(lambda: load_gguf(path, progress=False), r"max_seq_len x head_dim = 131,072 x 1024 exceeds .*MAX_ROPE",
+    refused(lambda: load(path), r"max_seq_len x head_dim = 131,072 x 1024 exceeds .*MAX_ROPE",
             headroom=256 << 20)
-    message = refused(lambda: load_gguf(path, progress=False, max_seq_len=8192, max_bytes=100 << 20),
+    message = refused(lambda: load(path, max_seq_len=8192, max_bytes=100 << 20),
                       "needs about", headroom=256 << 20)     # 8,192 x 1024 x 16 bytes = 128 MiB of tables
     assert "RoPE tables 128.0 MiB" in message and "max_bytes = 104,857,600 bytes" in message
 
@@ -153,9 +158,11 @@ def test_a_tiny_config_json_cannot_ask_for_memory_or_time(tmp_path, changes, mat
     refused(lambda: load_hf_dir(hf_folder(tmp_path / "m", **changes)), match, seconds=3, headroom=256 << 20)
 
 
-def test_a_gguf_block_count_of_a_billion_is_refused_before_listing_its_layers(tmp_path, tok):
-    path = write_gguf(tmp_path / "m.gguf", model(), tok, meta={"block_count": 10**9})
-    refused(lambda: load_gguf(path, progress=False), "holds 20 tensors, but llama.block_count = 1,000,000,000 "
+@each_gguf_loader
+@pytest.mark.parametrize("quant", [False, True], ids=["F32", "Q4_1"])
+def test_a_gguf_block_count_of_a_billion_is_refused_before_listing_its_layers(tmp_path, tok, load, quant):
+    path = write_gguf(tmp_path / "m.gguf", model(), tok, quant=quant, meta={"block_count": 10**9})
+    refused(lambda: load(path), "holds 20 tensors, but llama.block_count = 1,000,000,000 "
             "implies", seconds=3)
 
 
@@ -174,10 +181,14 @@ def test_config_and_tinylm_estimate_memory_before_allocating():
 def test_every_loader_takes_max_bytes_and_names_it(tmp_path, tok):
     gguf = write_gguf(tmp_path / "m.gguf", model(), tok)
     folder, ckpt = hf_folder(tmp_path / "hf"), checkpoint(tmp_path / "ckpt", tok)
-    for load in (lambda b: load_gguf(gguf, progress=False, max_bytes=b), lambda b: load_hf_dir(folder, max_bytes=b),
+    for load in (lambda b: load_gguf(gguf, progress=False, max_bytes=b), lambda b: load_gguf_q4(gguf, max_bytes=b),
+                 lambda b: load_hf_dir(folder, max_bytes=b),
                  lambda b: load_checkpoint(ckpt, max_bytes=b), lambda b: load_weights(ckpt, max_bytes=b)):
-        assert "more than max_bytes = 100,000 bytes" in refused(lambda: load(100_000), "needs about 0.1 MiB")
-        assert load(1 << 20) is not None                 # 126 KiB: loads
+        assert "more than max_bytes = 100,000 bytes" in refused(lambda: load(100_000), r"needs about 0\.\d MiB")
+        assert load(1 << 20) is not None                 # 126 KiB (the 4-bit loader, fp32 then int8: 157 KiB): loads
+    q4 = write_gguf(tmp_path / "q4.gguf", model(), tok, quant=True)    # Q4_1 matrices kept 4-bit: 76 KiB
+    assert "more than max_bytes = 50,000 bytes" in refused(lambda: load_gguf_q4(q4, max_bytes=50_000), "needs about")
+    assert load_gguf_q4(q4, max_bytes=100_000) is not None
     refused(lambda: load_hf_dir(folder, max_bytes=-1), "max_bytes must be a positive int")
 
 
@@ -218,17 +229,52 @@ def _repeat_first_key(raw: bytearray, h) -> None:
      r"holds integers \(I32\)"),
     (_repeat_first_key, "is given twice"),
 ])
-def test_gguf_weights_that_are_not_what_they_claim(tmp_path, tok, change, match):
-    assert "bad.gguf" in refused(lambda: load_gguf(gguf_with(tmp_path, tok, change), progress=False), match)
+@each_gguf_loader
+def test_gguf_weights_that_are_not_what_they_claim(tmp_path, tok, change, match, load):
+    assert "bad.gguf" in refused(lambda: load(gguf_with(tmp_path, tok, change)), match)
 
 
-def test_a_gguf_tensor_listed_twice_is_refused(tmp_path, tok):
+def _set_scale(raw: bytearray, h, name: str, at: int, value: float) -> None:
+    """Tensor name's first block's fp16 at byte `at` (Q4_1: d at 0, m at 2; Q8_0: d at 0) set to value."""
+    start = -(-h.end // 32) * 32 + fuzz_loaders._tensor_offset(bytes(raw), h, name) + at
+    raw[start:start + 2] = struct.pack("<e", value)
+
+
+@each_gguf_loader
+@pytest.mark.parametrize("name, at, value", [
+    ("blk.0.ffn_up.weight", 0, float("nan")), ("blk.1.attn_q.weight", 2, float("inf")),
+    ("blk.0.attn_output.weight", 0, -float("inf")), ("token_embd.weight", 0, float("nan")),
+], ids=["Q4_1 d NaN", "Q4_1 m inf", "Q4_1 d -inf", "Q8_0 d NaN"])
+def test_gguf_block_scales_that_are_nan_or_inf_are_refused(tmp_path, tok, load, name, at, value):
+    good = write_gguf(tmp_path / "good.gguf", model(), tok, quant=True)
+    raw = bytearray(good.read_bytes())
+    _set_scale(raw, fuzz_loaders.walk(bytes(raw)), name, at, value)
+    (tmp_path / "bad.gguf").write_bytes(bytes(raw))
+    message = refused(lambda: load(tmp_path / "bad.gguf"), f"tensor '{name}'.* holds NaN or inf")
+    assert "bad.gguf" in message and "download it again" in message
+
+
+@each_gguf_loader
+@pytest.mark.parametrize("changes, match", [
+    ({"drop": "blk.1.ffn_up.weight"}, r"lacks the tensors for \['layers.1.mlp.up_proj.weight'\]"),
+    ({"extra": {"blk.5.ffn_up.weight": np.zeros((64, 32), np.float32)}},
+     r"tensor 'blk.5.ffn_up.weight' \(layers.5.mlp.up_proj.weight\) has no place"),
+    ({"extra": {"blk.0.ffn_gate.bias": np.zeros(64, np.float32)}}, "tensor 'blk.0.ffn_gate.bias' has no place"),
+    ({"pre": "nope"}, "tokenizer.ggml.pre is 'nope'"),
+], ids=["missing", "extra layer", "unknown name", "tokenizer"])
+def test_gguf_tensors_and_tokenizer_are_checked_before_any_is_read(tmp_path, tok, load, changes, match):
+    path = write_gguf(tmp_path / "m.gguf", model(), tok, quant=True, **changes)
+    assert "m.gguf" in refused(lambda: load(path), match)
+
+
+@each_gguf_loader
+def test_a_gguf_tensor_listed_twice_is_refused(tmp_path, tok, load):
     def repeat(raw: bytearray, h) -> None:
         start, end, _ = h.tensors[-1]
         raw[end:end] = raw[start:end]
         struct.pack_into("<Q", raw, 8, struct.unpack_from("<Q", raw, 8)[0] + 1)   # n_tensors
     path = gguf_with(tmp_path, tok, repeat)
-    refused(lambda: load_gguf(path, progress=False), "is listed twice")
+    refused(lambda: load(path), "is listed twice")
 
 
 @pytest.mark.parametrize("dtype, match", [(torch.int32, "is I32 .*needs a float tensor"),
@@ -303,12 +349,13 @@ def test_a_safetensors_file_of_random_bytes(tmp_path):
     refused(lambda: load_hf_dir(folder), "model.safetensors is not a readable safetensors file")
 
 
-def test_gguf_metadata_nested_thousands_deep(tmp_path, tok):
+@each_gguf_loader
+def test_gguf_metadata_nested_thousands_deep(tmp_path, tok, load):
     def nest(raw: bytearray, h) -> None:
         start, at, end, key = next(kv for kv in h.kvs if kv[3] == "general.architecture")
         deep = struct.pack("<IQ", 9, 1) * 5000 + struct.pack("<IQI", 4, 1, 1)   # [[[...[1]...]]], 5,001 deep
         raw[start:end] = fuzz_loaders.gguf_value(8, "x") + struct.pack("<I", 9) + deep
-    refused(lambda: load_gguf(gguf_with(tmp_path, tok, nest), progress=False), "arrays nested more than 3 deep")
+    refused(lambda: load(gguf_with(tmp_path, tok, nest)), "arrays nested more than 3 deep")
 
 
 @pytest.mark.parametrize("kwargs, match", [({"dtype": "float16"}, "dtype must be a torch floating dtype"),

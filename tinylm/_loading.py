@@ -65,12 +65,16 @@ def check_bytes(what: str, parts: dict[str, int], max_bytes: int | None, fix: st
     return limit
 
 
-def check_memory(what: str, cfg: Config, max_bytes: int | None, bytes_per: int = 4, weights: bool = True) -> None:
+def check_memory(what: str, cfg: Config, max_bytes: int | None, bytes_per: int = 4, weights: bool = True,
+                 weight_bytes: int | None = None) -> None:
     """Refuse a model of cfg above max_bytes before building it. weights=False: the RoPE tables only (the
-    weights exist already: `TinyLM.from_weights`)."""
+    weights exist already: `TinyLM.from_weights`). weight_bytes: the weights' memory where they are not
+    bytes_per each (`tinylm.gguf_q4`: 4-bit blocks, int8 and fp32 mixed)."""
     parts = model_bytes(cfg, bytes_per)
     if not weights:
         del parts["weights"]
+    elif weight_bytes is not None:
+        parts["weights"] = weight_bytes
     check_bytes(what, parts, max_bytes, "choose a smaller model (vocab_size, dim, n_layers, ffn_dim, n_experts) "
                 "or max_seq_len")
 

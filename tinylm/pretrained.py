@@ -14,7 +14,8 @@ directory format (`config.json` + safetensors) lives in `tinylm.hf` (`load_hf_di
 
 Nothing a file claims is trusted (`tinylm.gguf_file` checks the header itself): the tensor count, every
 name, shape and type are compared with what the metadata implies, and the memory the model needs with
-`max_bytes`, before any tensor is dequantised; a weight that is NaN or inf is refused.
+`max_bytes`, before any tensor is dequantised (`open_gguf`, which `tinylm.gguf_q4.load_gguf_q4` shares); a
+weight that is NaN or inf is refused.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -183,21 +184,10 @@ def load_gguf(path: str | os.PathLike, progress: bool = True, max_seq_len: int |
     """
     check_bool("progress", progress)
     check_bool("undo_permute", undo_permute)
-    gguf = read_gguf(path)
-    cfg = config_from_gguf(gguf, max_seq_len)
-    names = check_tensors(gguf, cfg)
-    check_memory(str(gguf.path), cfg, max_bytes)
-    try:
-        tok = tokenizer_from_gguf(gguf.metadata) if "tokenizer.ggml.tokens" in gguf.metadata else None
-    except ValueError as e:
-        raise ValueError(f"{gguf.path}: {e}") from None
+    gguf, cfg, names, tok = open_gguf(path, max_seq_len, max_bytes)
     weights: dict[str, torch.Tensor] = {}
     for gname, name in tqdm(names.items(), desc="dequantizing", unit="tensor", disable=not progress, leave=False):
-        try:
-            w = torch.from_numpy(dequantize(gguf.tensors[gname]))
-        except ValueError as e:
-            raise ValueError(f"{gguf.path}: tensor {gname!r}: {e}") from None
-        check_finite(w, str(gguf.path), repr(gname))
+        w = dequantized(gguf, gname)
         if undo_permute and gguf.metadata["general.architecture"] == "llama":
             if name.endswith("q_proj.weight"):
                 w = unpermute_qk(w, cfg.n_heads)
@@ -205,6 +195,39 @@ def load_gguf(path: str | os.PathLike, progress: bool = True, max_seq_len: int |
                 w = unpermute_qk(w, cfg.n_kv_heads)
         weights[name] = w
     return TinyLM.from_weights(cfg, weights, max_bytes), tok
+
+
+def open_gguf(path: str | os.PathLike, max_seq_len: int | None = None, max_bytes: int | None = None,
+              weight_bytes: Callable[[GGUFFile, Config, dict[str, str]], int] | None = None
+              ) -> tuple[GGUFFile, Config, dict[str, str], BPETokenizer | None]:
+    """(gguf, cfg, names, tokenizer): what every GGUF loader (`load_gguf`, `tinylm.gguf_q4.load_gguf_q4`)
+    checks before it reads a weight. The header (`read_gguf`), the Config (`config_from_gguf`), every tensor's
+    name, type and shape (`check_tensors`: names maps GGUF name -> tinylm name), the memory the model needs
+    against max_bytes, and the tokenizer (None if the file holds none); a ValueError naming the file otherwise.
+
+    weight_bytes(gguf, cfg, names): the weights' memory (default: fp32, 4 bytes each).
+    """
+    gguf = read_gguf(path)
+    cfg = config_from_gguf(gguf, max_seq_len)
+    names = check_tensors(gguf, cfg)
+    check_memory(str(gguf.path), cfg, max_bytes,
+                 weight_bytes=None if weight_bytes is None else weight_bytes(gguf, cfg, names))
+    try:
+        tok = tokenizer_from_gguf(gguf.metadata) if "tokenizer.ggml.tokens" in gguf.metadata else None
+    except ValueError as e:
+        raise ValueError(f"{gguf.path}: {e}") from None
+    return gguf, cfg, names, tok
+
+
+def dequantized(gguf: GGUFFile, gname: str) -> torch.Tensor:
+    """Tensor gname of the file in fp32 (a new tensor), refused (ValueError) if it holds NaN or inf."""
+    try:
+        with np.errstate(all="ignore"):           # a NaN or inf scale (a damaged file): refused below, not warned of
+            w = torch.from_numpy(dequantize(gguf.tensors[gname]))
+    except ValueError as e:
+        raise ValueError(f"{gguf.path}: tensor {gname!r}: {e}") from None
+    check_finite(w, str(gguf.path), repr(gname))
+    return w
 
 
 _INTEGER_TYPES = {24: "I8", 25: "I16", 26: "I32", 27: "I64"}   # ggml types of integers: never a weight
