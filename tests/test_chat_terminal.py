@@ -2,6 +2,7 @@
 # on a tiny random model (--model-dir). Run: .venv/bin/python -m pytest tests/test_chat_terminal.py
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import torch
 
 from helpers import corpus_text, random_model
 from tinylm import Config
+from tinylm import chat as chat_module
 from tinylm.chat import ChatSession, main
 from tinylm.generate import generate, stream
 from tinylm.tokenizer import BPETokenizer
@@ -170,11 +172,143 @@ def test_ctrl_c_stops_a_reply_not_the_program(endless_model_dir):
 
 def test_terminal_chat_usage_errors(model_dir, tmp_path, capsys):
     for flags, message in [(["--adapter", str(tmp_path / "missing.safetensors")], "no such file"),
-                           (["--max-new-tokens", "1100"], "max_new_tokens must be an int in [1, max_seq_len=1100)"),
-                           (["--context", "1"], "--context must be an int >= 2")]:
+                           (["--max-new-tokens", "1100"], "--max-new-tokens must be an int in [1, --context=1100)"),
+                           (["--context", "1"], "--context must be an int in [2, 131072]")]:
         with pytest.raises(SystemExit) as stop:
             main(["--model-dir", str(model_dir), *flags])
         assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_session_refuses_bad_sampling_settings_up_front(model, tok):
+    for kwargs, message in [(dict(temperature=-1), "temperature must be a number >= 0"),
+                            (dict(temperature=float("nan")), "temperature must be a number >= 0"),
+                            (dict(top_k=0), "top_k must be an int >= 1"),
+                            (dict(top_p=0.0), r"top_p must be a number in \(0, 1\]"),
+                            (dict(top_p=float("inf")), r"top_p must be a number in \(0, 1\]"),
+                            (dict(context=513), r"context must be an int in \[2, max_seq_len=512\]"),
+                            (dict(context=40, max_new_tokens=40),
+                             r"max_new_tokens must be an int in \[1, context=40\)")]:
+        with pytest.raises(ValueError, match=message):
+            ChatSession(model, tok, **kwargs)
+
+
+def test_a_session_keeps_its_history_within_its_context(model, tok):
+    session = ChatSession(model, tok, max_new_tokens=8, temperature=0, context=40)     # the model holds 512
+    for n in range(4):
+        session.ask(f"Question number {n}, a rather long one?")
+    assert session.context == 40 and len(session.turns) == 8
+    everything = session.template.encode(tok, session.turns, add_generation_prompt=True)[0]
+    assert len(session.prompt_ids()) <= 40 - 8 < len(everything)
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """chat's model loading made a failure: a flag refused before the model loads never gets there."""
+    def load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the flags were checked")
+    monkeypatch.setattr(chat_module, "load_chat_model", load)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--temperature", "-1"], "--temperature must be a number >= 0 (0 means greedy), got -1.0"),
+    (["--temperature", "nan"], "--temperature must be a number >= 0 (0 means greedy), got nan"),
+    (["--temperature", "inf"], "--temperature must be a number >= 0 (0 means greedy), got inf"),
+    (["--top-p", "0"], "--top-p must be a number in (0, 1]"),
+    (["--top-p", "1.5"], "--top-p must be a number in (0, 1]"),
+    (["--top-p", "nan"], "--top-p must be a number in (0, 1]"),
+    (["--top-k", "0"], "--top-k must be a positive int"),
+    (["--seed", "-1"], "--seed must be an int in [0, "),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be an int in [1, --context=2048)"),
+    (["--max-new-tokens", "2048"], "--max-new-tokens must be an int in [1, --context=2048)"),
+    (["--context", "64", "--max-new-tokens", "64"], "--max-new-tokens must be an int in [1, --context=64)"),
+    (["--context", "1"], "--context must be an int in [2, 131072]"),
+    (["--context", str(10**9)], "--context must be an int in [2, 131072]"),
+    (["--threads", "0"], "--threads must be an int in [1, "),
+    (["--threads", str(10**6)], "--threads must be an int in [1, "),
+    (["--adapter", "missing.safetensors"], "missing.safetensors is not an adapter file (no such file)"),
+    (["--model-dir", "nowhere"], "nowhere is not a checkpoint folder"),
+])
+def test_bad_flags_are_refused_before_the_model_loads(no_loading, tmp_path, monkeypatch, capsys, flags, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(flags)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err, err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--context", "2000"], "--context 2000 exceeds the checkpoint's max_seq_len 1100"),
+    (["--context", "64", "--max-new-tokens", "64"], "--max-new-tokens must be an int in [1, --context=64)"),
+    (["--max-new-tokens", "1100"], "--max-new-tokens must be an int in [1, --context=1100)"),
+])
+def test_flags_are_checked_against_the_checkpoint_before_it_loads(no_loading, model_dir, capsys, flags, message):
+    with pytest.raises(SystemExit) as stop:
+        main(["--model-dir", str(model_dir), *flags])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err, err
+
+
+class _Terminal(io.StringIO):
+    """Standard input as a terminal's: isatty() is True (input() still reads it with readline())."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+class _NoReadline:
+    """A meta path finder that records each request for readline and refuses it (as where it is missing)."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "readline":
+            self.asked += 1
+            raise ImportError("No module named 'readline'")
+        return None
+
+
+@pytest.fixture
+def no_readline(monkeypatch) -> _NoReadline:
+    finder = _NoReadline()
+    monkeypatch.delitem(sys.modules, "readline", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+    return finder
+
+
+def test_line_editing_is_enabled_for_a_terminal_only(no_readline, monkeypatch):
+    from tinylm.chat import line_editing
+    assert line_editing(io.StringIO("piped\n")) is False and no_readline.asked == 0   # not even tried
+    assert line_editing(_Terminal()) is False and no_readline.asked == 1   # tried; missing (Windows) is fine
+    monkeypatch.setitem(sys.modules, "readline", None)                      # the other way to be missing
+    assert line_editing(_Terminal()) is False
+    monkeypatch.setitem(sys.modules, "readline", type(sys)("readline"))
+    assert line_editing(_Terminal()) is True
+
+
+def test_the_terminal_chat_tries_readline_and_runs_without_it(no_readline, model_dir, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", _Terminal("Hello!\n/quit\n"))
+    assert main(["--model-dir", str(model_dir), "--max-new-tokens", "4", "--temperature", "0",
+                 "--format", "fp32"]) == 0
+    assert no_readline.asked == 1 and capsys.readouterr().out.count("bot> ") == 1
+
+
+def test_context_applies_to_a_checkpoint_model(model_dir, monkeypatch, capsys):
+    sessions = []
+
+    class Recorded(ChatSession):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            sessions.append(self)
+    monkeypatch.setattr(chat_module, "ChatSession", Recorded)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"Question number {n}, a rather long one?\n"
+                                                          for n in range(4))))
+    assert main(["--model-dir", str(model_dir), "--context", "48", "--max-new-tokens", "8", "--temperature", "0",
+                 "--format", "fp32"]) == 0
+    (session,) = sessions
+    assert session.context == 48 and len(session.turns) == 8
+    everything = session.template.encode(session.tokenizer, session.turns, add_generation_prompt=True)[0]
+    assert len(session.prompt_ids()) <= 48 - 8 < len(everything)     # the history was cut to the context
 
 
 @pytest.mark.slow

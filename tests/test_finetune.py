@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from helpers import corpus_text, random_model
+from helpers import corpus_text, limits, random_model
 from tinylm import Config
 from tinylm.finetune import main
 from tinylm.lora import LoRAConfig, add_lora, load_adapter, lora_config, lora_layers, remove_lora, save_adapter
@@ -68,6 +68,7 @@ def test_baseline_measures_the_base_model_only(model_dir, tmp_path, capsys):
     (["--rank", "0"], "rank must be a positive int"),
     (["--targets", "wq"], "unknown LoRA target 'wq'"),
     (["--n-test", "0"], "--n-test must be a positive int"),
+    (["--threads", str(10**6)], "--threads must be an int in [1, "),       # torch would start them (and crash)
     (["--seq-len", "16"], "pass --seq-len"),
     (["--seq-len", "500"], "exceeds the model's max_seq_len 128"),
     (["--task", "multiplication", "--n-train", "5000"], "4,095 distinct operand pairs"),
@@ -134,3 +135,48 @@ def test_bad_rl_flags_are_usage_errors(model_dir, tmp_path, capsys, flags, messa
     with pytest.raises(SystemExit) as stop:
         main(["--model-dir", str(model_dir), "--out", str(tmp_path / "x"), *FAST, *flags])
     assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def _no_loading(*args, **kwargs):
+    raise AssertionError("the model was loaded before the flags were checked")
+
+
+def test_an_out_that_is_a_file_is_refused_before_loading(model_dir, tmp_path, capsys, monkeypatch):
+    import tinylm.finetune
+    monkeypatch.setattr(tinylm.finetune, "load_chat_model", _no_loading)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me")
+    for out, words in [(a_file, f"--out {a_file} is a file"), (a_file / "run", f"--out {a_file / 'run'} is inside "
+                                                                                f"{a_file}, a file")]:
+        for extra in ([], ["--baseline"]):
+            with pytest.raises(SystemExit) as stop:
+                main(["--model-dir", str(model_dir), "--out", str(out), *FAST, *extra])
+            err = capsys.readouterr().err
+            assert stop.value.code == 2 and words in err and "pass a folder" in err, err
+    assert a_file.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("flags, message", [      # CFG: dim 32, k_proj and v_proj 32 -> 16, the rest 32 or wider
+    (["--rank", str(10**9)], "--rank must be an int in [1, 16] (at most the narrowest targeted layer's min(in, out): "
+                             "layers.0.self_attn.k_proj is 32 -> 16), got 1000000000"),
+    (["--rank", "17"], "--rank must be an int in [1, 16]"),
+    (["--rank", "33", "--targets", "q_proj,o_proj,mlp"], "--rank must be an int in [1, 32] (at most the narrowest "
+                                                         "targeted layer's min(in, out): layers.0.self_attn.q_proj"),
+    (["--rank", "33", "--method", "grpo", "--group-size", "2"], "--rank must be an int in [1, 16]"),
+])
+def test_a_rank_wider_than_the_layers_is_refused_before_training(model_dir, tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as stop, limits(seconds=60):
+        main(["--model-dir", str(model_dir), "--out", str(tmp_path / "x"), *FAST, "--steps", "2", *flags])
+    captured = capsys.readouterr()
+    assert stop.value.code == 2 and message in captured.err, captured.err
+    assert "trainable of" not in captured.out and not (tmp_path / "x").exists()       # nothing trained or written
+
+
+def test_resume_says_a_finetune_run_cannot_be_resumed(model_dir, tmp_path, capsys, monkeypatch):
+    import tinylm.finetune
+    monkeypatch.setattr(tinylm.finetune, "load_chat_model", _no_loading)
+    with pytest.raises(SystemExit) as stop:
+        main(["--model-dir", str(model_dir), "--out", str(tmp_path / "x"), "--resume", str(tmp_path / "x"), *FAST])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--resume: a fine-tuning run cannot be resumed" in err, err
+    assert "another --out" in err and "--adapter" in err

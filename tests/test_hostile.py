@@ -536,6 +536,14 @@ def test_a_fresh_run_never_reuses_or_poisons_a_folder(files, tmp_path):
     assert code == 2 and "already holds a run (tokenizer.json)" in err
 
 
+def test_resuming_a_run_whose_minutes_are_spent_says_so(files, tmp_path):
+    out = tmp_path / "out"
+    assert cli([*_flags(files, out), "--minutes", "0.0001", "--eval-every", "1000"])[0] == 0   # 6 ms: a step or two
+    code, err = cli(["--resume", out, "--out", out, "--no-progress"])                # it raised in train: a traceback
+    assert code == 2 and re.search(r"at step \d+ after .* s of training, so the run's budget of 0.0001 minutes is "
+                                   r"already spent .*pass a larger --minutes", err), err
+
+
 def test_cli_divergence_exits_1_and_says_what_to_try(files, tmp_path):
     out = tmp_path / "out"
     code, err = cli([*_flags(files, out), "--steps", "40", "--eval-every", "1", "--warmup", "1", "--lr", "1e6",

@@ -316,6 +316,21 @@ def test_misuse_is_a_value_error():
     assert "layers.0.mlp.experts.1.down_proj" in lora_layers(adapted)
 
 
+def test_a_rank_above_the_narrowest_targeted_layer_is_refused_before_anything_is_allocated():
+    from helpers import limits
+    from tinylm.lora import max_lora_rank
+    model = random_model(CFG)                                        # dim 48; k_proj and v_proj: 48 -> 24
+    assert max_lora_rank(model, "all") == 24
+    assert max_lora_rank(model, "q_proj,o_proj") == 48
+    with limits(seconds=5), pytest.raises(ValueError, match=r"rank must be an int in \[1, 24\] \(at most the "
+                                          r"narrowest targeted layer's min\(in, out\): layers\.0\.self_attn\.k_proj "
+                                          r"is 48 -> 24\), got 1000000000"):
+        add_lora(model, LoRAConfig(rank=10**9))
+    assert not lora_layers(model) and all(p.requires_grad for p in model.parameters())   # nothing changed
+    add_lora(model, LoRAConfig(rank=48, targets="q_proj,o_proj"))   # the bound itself is allowed
+    assert lora_config(model).rank == 48
+
+
 # ---------------------------------------------------------------------------------------------
 # SmolLM2-135M (slow)
 # ---------------------------------------------------------------------------------------------

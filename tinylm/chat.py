@@ -18,23 +18,27 @@ whichever template the tokenizer carries.
     python -m tinylm.chat --adapter runs/lora/adapter.safetensors --format fp32
 
 In the terminal: /reset forgets the conversation, /quit (or Ctrl-D) leaves, Ctrl-C stops a reply (not the
-program). The history is kept while it fits the context; the oldest turns are dropped first.
+program); the arrow keys edit the line and recall earlier ones where Python has readline. The history is kept
+while it fits the context (--context); the oldest turns are dropped first. Every flag is checked before the
+model loads.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Iterator
 
 import torch
 
-from ._checks import IGNORE_INDEX, check_int  # IGNORE_INDEX: the label of a position the loss skips
+from ._checks import IGNORE_INDEX, check_int, check_number  # IGNORE_INDEX: the label of a position the loss skips
 from .chat_template import COURSE, ChatTemplate, check_messages
-from .generate import generate, stream
-from .lora import load_adapter, remove_lora
+from .config import MAX_SEQ_LEN, Config
+from .generate import _check_temperature, _check_top_k, _check_top_p, generate, stream
+from .lora import load_adapter, read_adapter_config, remove_lora
 from .model import TinyLM
 from .pretrained import load_gguf, smollm2_gguf_path
 from .quantize import quantize
@@ -42,6 +46,8 @@ from .tokenizer import BPETokenizer
 
 ROLES = COURSE.roles  # ("user", "assistant")
 Turn = dict  # {"role": "user" | "assistant", "content": str}
+MAX_SEED = 2**64 - 1          # torch.Generator.manual_seed takes seeds below 2**64
+SMOLLM2_CONTEXT = 2048        # `python -m tinylm.chat`'s default --context for SmolLM2 (trained on 8192)
 
 
 def render_chat(turns: list[Turn]) -> str:
@@ -111,26 +117,36 @@ class ChatSession:
     >>> chat = ChatSession(model, tokenizer, temperature=0)   # greedy
     >>> chat.ask("What color is the sky?")
     'The sky is blue.'
+
+    context: the tokens of history + reply the model sees (default: all of model.cfg.max_seq_len); the oldest
+    turns are dropped to fit it. Every setting is checked here, before the first question.
     """
 
     def __init__(self, model: TinyLM, tokenizer: BPETokenizer, max_new_tokens: int = 64,
                  temperature: float = 0.7, top_k: int | None = 50, top_p: float | None = None,
-                 seed: int | None = 0, use_cache: bool = True):
+                 seed: int | None = 0, use_cache: bool = True, context: int | None = None):
         if not isinstance(model, TinyLM):
             raise ValueError(f"model must be a tinylm.TinyLM, got {type(model).__name__}")
         if tokenizer.vocab_size > model.cfg.vocab_size:
             raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only {model.cfg.vocab_size}; "
                              "use the tokenizer the model was trained with")
         limit = model.cfg.max_seq_len
-        check_int("max_new_tokens", max_new_tokens, 1, limit - 1, span=f"in [1, max_seq_len={limit})")
+        if context is None:
+            context, words = limit, "max_seq_len"
+        else:
+            context, words = check_int("context", context, 2, limit, span=f"in [2, max_seq_len={limit}]"), "context"
+        check_int("max_new_tokens", max_new_tokens, 1, context - 1, span=f"in [1, {words}={context})")
+        _check_temperature(temperature)
+        _check_top_k(top_k)
+        _check_top_p(top_p)
         self.template = _template(tokenizer)
         self.template.encode(tokenizer, [])         # the tokenizer has the template's specials
-        self.model, self.tokenizer = model, tokenizer
+        self.model, self.tokenizer, self.context = model, tokenizer, context
         self.max_new_tokens, self.temperature, self.top_k, self.top_p = max_new_tokens, temperature, top_k, top_p
         self.use_cache = use_cache
         self.generator = torch.Generator(device=model.embed_tokens.weight.device)
         if seed is not None:
-            self.generator.manual_seed(check_int("seed", seed, low=0, hint=" or None"))
+            self.generator.manual_seed(check_int("seed", seed, 0, MAX_SEED, hint=" or None"))
         self.stop_ids = {tokenizer.special_ids[s] for s in self.template.stop}
         self.eos_id = tokenizer.special_ids[self.template.stop[0]]
         self.turns: list[Turn] = []
@@ -138,7 +154,7 @@ class ChatSession:
     def prompt_ids(self, turns: list[Turn] | None = None) -> list[int]:
         """The template of the turns (default: those so far), up to where the reply starts, trimmed to
         leave room for it."""
-        budget = self.model.cfg.max_seq_len - self.max_new_tokens
+        budget = self.context - self.max_new_tokens
         turns = list(self.turns if turns is None else turns)
         while True:
             ids = self.template.encode(self.tokenizer, turns, add_generation_prompt=True)[0]
@@ -215,7 +231,8 @@ class ChatSession:
 def load_chat_model(model_dir: str | Path | None = None, max_seq_len: int | None = None
                     ) -> tuple[TinyLM, BPETokenizer, str]:
     """(model, tokenizer, name): SmolLM2-135M-Instruct in fp32 (RoPE tables for max_seq_len positions), or the
-    model and tokenizer of a tinylm checkpoint folder (`tinylm.train`'s, with tokenizer.json)."""
+    model and tokenizer of a tinylm checkpoint folder (`tinylm.train`'s, with tokenizer.json; the checkpoint
+    fixes its max_seq_len: ChatSession's context shortens what the model sees)."""
     if model_dir is None:
         model, tok = load_gguf(smollm2_gguf_path(), progress=False, max_seq_len=max_seq_len)
         return model, tok, "SmolLM2-135M-Instruct"
@@ -223,9 +240,37 @@ def load_chat_model(model_dir: str | Path | None = None, max_seq_len: int | None
     from .train.checkpoint import TOKENIZER, load_weights
 
     model_dir = Path(model_dir)
+    checkpoint_model_config(model_dir)
+    return load_weights(model_dir), BPETokenizer.load(model_dir / TOKENIZER), str(model_dir)
+
+
+def checkpoint_model_config(model_dir: str | Path) -> Config:
+    """The model Config of a tinylm checkpoint folder that holds a tokenizer, from its config.json alone (no
+    weights read); ValueError if it is not one."""
+    from .train.checkpoint import CHECKPOINT_VERSION, TOKENIZER, read_checkpoint_config
+
+    model_dir = Path(model_dir)
+    meta = read_checkpoint_config(model_dir, versions=(1, CHECKPOINT_VERSION))
     if not (model_dir / TOKENIZER).is_file():
         raise ValueError(f"{model_dir} has no {TOKENIZER}; pass a checkpoint folder written by tinylm.train")
-    return load_weights(model_dir), BPETokenizer.load(model_dir / TOKENIZER), str(model_dir)
+    return Config.from_dict(meta["model"])
+
+
+def line_editing(stdin=None) -> bool:
+    """Line editing for input() when standard input (default sys.stdin) is a terminal: the arrow keys move in
+    the line and recall earlier ones. Importing readline is what turns it on (GNU readline or libedit); it may
+    be missing (Windows, where the console edits lines itself). True if readline was imported."""
+    stdin = sys.stdin if stdin is None else stdin
+    try:
+        if stdin is None or not stdin.isatty():     # piped input: nothing to edit
+            return False
+    except (AttributeError, ValueError):            # no isatty, or a closed stream
+        return False
+    try:
+        import readline  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -241,11 +286,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=50, help="keep the k most likely tokens (default 50)")
     p.add_argument("--top-p", type=float, help="nucleus sampling (default: none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
-    p.add_argument("--context", type=int, default=2048, help="tokens of history + reply the model sees; older "
-                   "turns are dropped (default 2048; SmolLM2 was trained on 8192)")
+    p.add_argument("--context", type=int, help=f"tokens of history + reply the model sees; older turns are "
+                   f"dropped (default {SMOLLM2_CONTEXT} for SmolLM2, which was trained on 8192; with --model-dir, "
+                   "the checkpoint's max_seq_len, also the most it takes)")
     p.add_argument("--threads", type=int, help="CPU threads for PyTorch (default: PyTorch's choice)")
     p.add_argument("--model-dir", type=Path, help="chat with a tinylm checkpoint folder instead of SmolLM2")
     return p
+
+
+def check_flags(args: argparse.Namespace) -> int:
+    """Every flag of `python -m tinylm.chat`, before the model loads (a bad one fails at once, not after the
+    weights are read); returns the context: --context, else SmolLM2's default or the checkpoint's max_seq_len.
+    Whether an adapter fits the model is checked when it is loaded into it."""
+    if args.threads is not None:       # more threads than cores only wait for each other (or crash PyTorch)
+        check_int("--threads", args.threads, 1, os.cpu_count() or 1, hint=" (this machine's cores: os.cpu_count())")
+    check_number("--temperature", args.temperature, 0, hint=" (0 means greedy)")
+    check_int("--top-k", args.top_k, low=1)
+    if args.top_p is not None:
+        check_number("--top-p", args.top_p, 0, 1, low_open=True, hint=" (leave it out for no nucleus filter)")
+    check_int("--seed", args.seed, 0, MAX_SEED)
+    if args.context is not None:
+        check_int("--context", args.context, 2, MAX_SEQ_LEN)
+    if args.model_dir is None:
+        context = args.context or SMOLLM2_CONTEXT
+    else:
+        longest = checkpoint_model_config(args.model_dir).max_seq_len
+        if args.context is not None and args.context > longest:
+            raise ValueError(f"--context {args.context} exceeds the checkpoint's max_seq_len {longest} (its RoPE "
+                             f"tables and the longest sequence it was built for); pass --context {longest} or less")
+        context = args.context or longest
+    check_int("--max-new-tokens", args.max_new_tokens, 1, context - 1, span=f"in [1, --context={context})",
+              hint=" (the reply needs room for the question)")
+    if args.adapter is not None:
+        read_adapter_config(args.adapter)            # a tinylm adapter file, from its metadata alone
+    return context
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,17 +327,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        check_int("--context", args.context, low=2)
+        context = check_flags(args)
         if args.threads is not None:
-            torch.set_num_threads(check_int("--threads", args.threads, low=1))
-        model, tok, name = load_chat_model(args.model_dir, args.context)
+            torch.set_num_threads(args.threads)
+        model, tok, name = load_chat_model(args.model_dir, context)
         if args.adapter is not None:
             remove_lora(load_adapter(model, args.adapter), merge=True)   # W + (alpha/r) B A, then a plain model
         if args.format != "fp32":
             quantize(model, args.format)
-        session = ChatSession(model, tok, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)
+        session = ChatSession(model, tok, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
+                              context=context)
     except (ValueError, ImportError) as e:           # ImportError: SmolLM2's weights are not installed
         parser.error(str(e))
+    line_editing(sys.stdin)                          # arrow keys and history, in a terminal
     adapter = f" + {args.adapter}" if args.adapter else ""
     print(f"{name}{adapter} ({args.format}). /reset forgets the conversation, /quit leaves, Ctrl-C stops a "
           "reply.", file=sys.stderr)

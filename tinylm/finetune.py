@@ -38,13 +38,14 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ._checks import check_int
 from .chat import load_chat_model
 from .dpo import PREFERENCES, DPOObjective, make_pairs
 from .evaluate import TaskResult, evaluate_task, forgetting
 from .grpo import GRPOObjective
 from .logprobs import kl_to_reference
-from .lora import (INITS, TARGET_GROUPS, LoRAConfig, adapter_disabled, add_lora, count_trainable, load_adapter,
-                   remove_lora, save_adapter)
+from .lora import (INITS, TARGET_GROUPS, LoRAConfig, adapter_disabled, add_lora, check_lora_rank, count_trainable,
+                   load_adapter, remove_lora, save_adapter)
 from .quantize import quantize
 from .tasks import TASKS, end_id, make_splits, prompt_ids, task_rows
 from .train.cli import add_dataclass_flags, given
@@ -80,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-batch-size", type=int, default=50, help="prompts per generation batch (default 50)")
 
     lo = p.add_argument_group("LoRA (tinylm.lora)")
-    lo.add_argument("--rank", type=int, default=8, help="r, the rank of B A (default 8)")
+    lo.add_argument("--rank", type=int, default=8, help="r, the rank of B A, at most min(in, out) of every targeted "
+                    "layer (default 8)")
     lo.add_argument("--alpha", type=float, default=16.0, help="the update is scaled by alpha / rank (default 16)")
     lo.add_argument("--targets", default="all", help=f"layers to adapt: names (q_proj,v_proj) or a group: "
                     f"{', '.join(f'{k} = {chr(44).join(v)}' for k, v in TARGET_GROUPS.items() if k != 'all')}, "
@@ -129,18 +131,27 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--model-dir", type=Path, help="a tinylm checkpoint folder (with tokenizer.json) to adapt "
                    "instead of SmolLM2, e.g. a small model for a quick try")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--resume", type=Path, help=argparse.SUPPRESS)   # refused with what to do instead (_check)
     return p
 
 
 def _check(args: argparse.Namespace) -> LoRAConfig:
-    """Every flag that is not a TrainConfig field; ValueError says which and why."""
+    """Every flag that is not a TrainConfig field; ValueError says which and why. (--rank against the model's
+    layers: `check_lora_rank`, once the model is loaded.)"""
+    if args.resume is not None:
+        raise ValueError(f"--resume: a fine-tuning run cannot be resumed ({ADAPTER} holds A and B, no optimizer "
+                         "state or step); start a new run with another --out, or start --method dpo or grpo from "
+                         f"the run's adapter with --adapter {args.resume / ADAPTER}")
     for flag in ("n_train", "n_val", "n_test", "max_new_tokens", "eval_batch_size", "threads", "samples",
                  "pair_prompts", "group_size", "updates_per_sample", "kl_samples"):
         value = getattr(args, flag)
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"--{flag.replace('_', '-')} must be a positive int, got {value}")
+    if args.threads is not None:       # more threads than cores only wait for each other (or crash PyTorch)
+        check_int("--threads", args.threads, 1, os.cpu_count() or 1, hint=" (this machine's cores: os.cpu_count())")
     if args.task_seed < 0:
         raise ValueError(f"--task-seed must be an int >= 0, got {args.task_seed}")
+    _check_out(args.out)
     if not args.baseline and (args.out / ADAPTER).exists():
         raise ValueError(f"--out {args.out} already holds {ADAPTER}; pass another --out or delete it")
     if args.adapter is not None and args.method == "sft" and not args.baseline:
@@ -158,6 +169,18 @@ def _check(args: argparse.Namespace) -> LoRAConfig:
     if not 0 < args.clip_eps < 1 or not args.kl_coef >= 0:
         raise ValueError(f"--clip-eps must be in (0, 1) and --kl-coef >= 0, got {args.clip_eps} and {args.kl_coef}")
     return LoRAConfig(rank=args.rank, alpha=args.alpha, targets=args.targets, init=args.init)
+
+
+def _check_out(out: Path) -> None:
+    """--out must be a folder, or a path where one can be made: not a file, nor inside one, and writable."""
+    what = f"a folder (made if missing) for {ADAPTER} and {SUMMARY}, or {BASELINE} with --baseline"
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; pass {what}")
+    parent = next((p for p in out.parents if p.exists()), Path("."))    # the nearest folder that exists
+    if not parent.is_dir():
+        raise ValueError(f"--out {out} is inside {parent}, a file; pass {what}")
+    if not os.access(out if out.exists() else parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out} is not writable; pass a folder you can write to")
 
 
 def peak_memory_bytes() -> int | None:
@@ -339,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         train_rows, val_rows = task_rows(tok, splits["train"]), task_rows(tok, splits["val"])
         if args.adapter is not None:             # the start model: base + adapter, merged (the reference too)
             remove_lora(load_adapter(model, args.adapter), merge=True)
+        if not args.baseline:
+            check_lora_rank(model, lora, "--rank")   # before training (and before A and B are allocated)
         longest_prompt = max(len(prompt_ids(tok, p)) for s in splits.values() for p in s)
         if longest_prompt + args.max_new_tokens > model.cfg.max_seq_len:
             raise ValueError(f"prompts of up to {longest_prompt} tokens + --max-new-tokens {args.max_new_tokens} "

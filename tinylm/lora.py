@@ -183,18 +183,49 @@ def add_lora(model: TinyLM, config: LoRAConfig | None = None, seed: int = 0) -> 
         raise ValueError("model already has a LoRA adapter; remove it first (remove_lora) or load into it")
     generator = torch.Generator(device=model.embed_tokens.weight.device)
     generator.manual_seed(check_int("seed", seed, low=0))
-    linears = [(parent, name, child) for block in model.layers for parent in block.modules()
-               for name, child in parent.named_children() if isinstance(child, (nn.Linear, Int8Linear))]
-    found = [(parent, name, child) for parent, name, child in linears if name in config.targets]
-    missing = sorted(set(config.targets) - {name for _, name, _ in found})
-    if missing:
-        raise ValueError(f"the model has no linear layer named {missing[0]!r} to adapt; its blocks hold "
-                         f"{sorted({name for _, name, _ in linears})}")
+    found = _target_linears(model, config.targets)
+    check_lora_rank(model, config)                  # before anything is allocated: A is (rank, in), B (out, rank)
     model.requires_grad_(False)
-    for parent, name, child in found:
+    for _, parent, name, child in found:
         setattr(parent, name, LoRALinear(child, config, generator))
     model._lora_config = config
     return model
+
+
+def _target_linears(model: TinyLM, targets: tuple[str, ...]) -> list[tuple[str, nn.Module, str, nn.Module]]:
+    """(full name, parent, attribute, layer) of every linear layer of the blocks named in targets, in the
+    model's order; ValueError if a target names no layer."""
+    linears = [(".".join(filter(None, (f"layers.{i}", path, name))), parent, name, child)
+               for i, block in enumerate(model.layers) for path, parent in block.named_modules()
+               for name, child in parent.named_children() if isinstance(child, (nn.Linear, Int8Linear))]
+    found = [linear for linear in linears if linear[2] in targets]
+    missing = sorted(set(targets) - {name for _, _, name, _ in found})
+    if missing:
+        raise ValueError(f"the model has no linear layer named {missing[0]!r} to adapt; its blocks hold "
+                         f"{sorted({name for _, _, name, _ in linears})}")
+    return found
+
+
+def _narrowest(model: TinyLM, targets) -> tuple[int, str, nn.Module]:
+    """(min(in, out), name, layer) of the first narrowest layer named in targets."""
+    _check_model(model)
+    found = _target_linears(model, parse_targets(targets))
+    width, _, name, layer = min(((min(c.in_features, c.out_features), i, n, c) for i, (n, _, _, c)
+                                 in enumerate(found)), key=lambda t: t[:2])
+    return width, name, layer
+
+
+def max_lora_rank(model: TinyLM, targets: str | tuple[str, ...] | list[str] = "all") -> int:
+    """The largest useful rank for these targets: min(in, out) of the narrowest one (B A has at most that rank)."""
+    return _narrowest(model, targets)[0]
+
+
+def check_lora_rank(model: TinyLM, config: LoRAConfig, name: str = "rank") -> int:
+    """config.rank, if it is at most `max_lora_rank(model, config.targets)`; else a ValueError naming the layer
+    (checked before any A or B is allocated: a rank of 10**9 would ask for gigabytes)."""
+    width, layer_name, layer = _narrowest(model, config.targets)
+    return check_int(name, config.rank, 1, width, hint=f" (at most the narrowest targeted layer's min(in, out): "
+                     f"{layer_name} is {layer.in_features} -> {layer.out_features})")
 
 
 def remove_lora(model: TinyLM, merge: bool = False) -> TinyLM:

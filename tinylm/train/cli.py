@@ -207,6 +207,11 @@ def _check_run(args: argparse.Namespace, tc: TrainConfig, cfg: Config, ckpt, dev
     if start >= tc.steps:
         raise ValueError(f"the checkpoint in {args.resume} is at step {start}, so --steps {tc.steps} leaves nothing "
                          "to train; pass a larger --steps to continue (the cosine schedule stretches to it)")
+    spent = ckpt.history.time[-1] if ckpt and ckpt.history.time else 0.0     # seconds the run has trained
+    if ckpt and tc.minutes is not None and spent >= 60.0 * tc.minutes:
+        raise ValueError(f"the checkpoint in {args.resume} is at step {start} after {spent:.1f} s of training, so the "
+                         f"run's budget of {tc.minutes:g} minutes is already spent and leaves nothing to train; pass a "
+                         "larger --minutes to continue (the cosine schedule stretches to it)")
     stop = tc.steps if args.stop_after is None else args.stop_after
     check_int("--stop-after", stop, start + 1, tc.steps, span=f"in [{start + 1}, --steps={tc.steps}]",
               hint=" (the step to stop after" + (f"; the checkpoint is at step {start})" if ckpt else ")"))
