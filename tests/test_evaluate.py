@@ -112,3 +112,12 @@ def test_smollm2_english_perplexity_is_chapter_14s_text():
     problem = addition(742, 696)
     reply = evaluate_task(model, tok, [problem, addition(123, 898)], max_new_tokens=24).replies
     assert all(r and "<|im_end|>" not in r for r in reply)
+
+
+def test_a_reply_with_thousands_of_digits_reads_as_no_answer_not_a_crash():
+    """Python refuses to read an int of more than 4,300 digits (ValueError); a model can write one."""
+    from tinylm.evaluate import MAX_DIGITS
+
+    assert parse_answer("the sum is " + "7" * 5000) is None
+    assert parse_answer("1" * (MAX_DIGITS + 1) + " or 12") == 12           # the last integer still counts
+    assert parse_answer("9" * MAX_DIGITS) == int("9" * MAX_DIGITS)

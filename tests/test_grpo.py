@@ -105,6 +105,8 @@ def test_silent_groups_teach_nothing(tok):
 @pytest.mark.parametrize("call, message", [
     (lambda: group_advantages(torch.ones(3)), "group of at least 2"),
     (lambda: group_advantages(torch.ones(2, 1)), "group of at least 2"),
+    (lambda: group_advantages(torch.tensor([[1.0, float("nan")]])), "rewards must be finite"),
+    (lambda: group_advantages(torch.tensor([[0.0, 1.0], [float("inf"), 0.0]])), "prompt 1"),
     (lambda: grpo_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3), torch.ones(2, 3)), "advantages"),
     (lambda: grpo_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1), torch.ones(1, 2), kl_coef=0.1),
      "needs ref_logps"),

@@ -6,7 +6,8 @@
 
 The answer of a reply is its last integer (`parse_answer`): a run of digits, commas allowed between groups
 of three ("1,438" reads 1438); signs, decimals and number words are not read ("-5" reads 5, "2.5" reads 5,
-"three" reads nothing). A reply with no digit is wrong. Exact match: that integer equals the target.
+"three" reads nothing). A reply with no digit is wrong, as is one whose last integer has more than
+MAX_DIGITS digits (a model can write one; Python reads at most 4,300). Exact match: that integer equals the target.
 
 Wilson's score interval (Wilson, 1927) for k right out of n, z = 1.96 for 95%:
 
@@ -36,17 +37,22 @@ from .tokenizer import BPETokenizer
 from .train.loop import evaluate as mean_loss
 
 INTEGER = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+")   # 1,438 or 1438
+MAX_DIGITS = 1000   # a longer integer is no answer (None): no task asks for one, and Python reads at most 4,300
 Z95 = 1.959963984540054                                 # the 97.5% quantile of the standard normal
 CHAT_PROMPTS = ("What is the capital of France?", "Give me two tips for sleeping well.",
                 "Write one sentence about the sea.")
 
 
 def parse_answer(reply: str) -> int | None:
-    """The last integer in reply (see the module's rule), or None when it holds no digit."""
+    """The last integer in reply (see the module's rule), or None when it holds no digit, or when that integer
+    has more than MAX_DIGITS digits."""
     if not isinstance(reply, str):
         raise ValueError(f"reply must be a str, got {type(reply).__name__}")
     found = INTEGER.findall(reply)
-    return int(found[-1].replace(",", "")) if found else None
+    if not found:
+        return None
+    digits = found[-1].replace(",", "")
+    return int(digits) if len(digits) <= MAX_DIGITS else None
 
 
 def wilson_interval(correct: int, n: int, z: float = Z95) -> tuple[float, float]:

@@ -50,6 +50,11 @@ def group_advantages(rewards: torch.Tensor, eps: float = EPS) -> torch.Tensor:
         got = tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__
         raise ValueError(f"rewards must be a (prompts, group size) tensor with a group of at least 2 answers, got {got}")
     rewards = rewards.double()
+    finite = torch.isfinite(rewards).all(dim=1)
+    if not finite.all():
+        row = int((~finite).nonzero()[0])
+        raise ValueError(f"rewards must be finite: prompt {row}'s group holds {rewards[row].tolist()}; make the "
+                         "reward function return a finite number for every answer")
     mean = rewards.mean(dim=1, keepdim=True)                                 # (P, 1)
     std = rewards.std(dim=1, keepdim=True)                                   # (P, 1), sample std (G - 1)
     return ((rewards - mean) / (std + eps)).float()                          # (P, G)

@@ -19,6 +19,8 @@ bit for bit, so every KL starts at exactly 0.
 
 from __future__ import annotations
 
+import operator
+
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
@@ -34,7 +36,17 @@ from .tokenizer import BPETokenizer
 from .train.loop import pad_conversations
 
 
-def _check_rows(prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]]) -> None:
+def _is_id(t, vocab_size: int) -> bool:
+    """t is an integer (a Python, NumPy or 0-d torch one; not a bool) in [0, vocab_size)."""
+    if isinstance(t, bool):
+        return False
+    try:
+        return 0 <= operator.index(t) < vocab_size
+    except TypeError:
+        return False
+
+
+def _check_rows(prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]], vocab_size: int) -> None:
     if not isinstance(prompts, (list, tuple)) or not isinstance(answers, (list, tuple)) or not prompts:
         raise ValueError("prompts and answers must be non-empty lists of token-id lists")
     if len(prompts) != len(answers):
@@ -43,13 +55,17 @@ def _check_rows(prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int
         if len(p) < 1 or len(a) < 1:
             raise ValueError(f"row {n}: a prompt needs at least one token (it predicts the answer's first) and "
                              f"an answer at least one token to score, got {len(p)} and {len(a)}")
+        bad = [t for t in (*p, *a) if not _is_id(t, vocab_size)]
+        if bad:
+            raise ValueError(f"row {n}: token ids must be ints in [0, {vocab_size}) (the model's vocab_size), got "
+                             f"{bad[0]!r}; encode the text with the model's own tokenizer")
 
 
 def token_logps(model: TinyLM, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]],
                 pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(logps (N, T), mask (N, T) bool): the log-probability of each answer token at the position that predicts
     it, 0 where mask is False (prompt and padding). Gradients flow when called outside torch.no_grad()."""
-    _check_rows(prompts, answers)
+    _check_rows(prompts, answers, model.cfg.vocab_size)
     longest = max(len(p) + len(a) for p, a in zip(prompts, answers))
     if longest - 1 > model.cfg.max_seq_len:
         raise ValueError(f"a prompt + answer holds {longest} tokens, more than the model's max_seq_len + 1 = "
@@ -87,7 +103,7 @@ def batched(fn, model: TinyLM, prompts: Sequence[Sequence[int]], answers: Sequen
             batch_size: int = 32, pad_id: int = 0) -> torch.Tensor:
     """fn(model, prompts, answers, pad_id) -> (N,) over rows in batches of batch_size, under torch.no_grad()."""
     check_int("batch_size", batch_size, low=1)
-    _check_rows(prompts, answers)
+    _check_rows(prompts, answers, model.cfg.vocab_size)
     with torch.no_grad():
         parts = [fn(model, prompts[i : i + batch_size], answers[i : i + batch_size], pad_id)
                  for i in range(0, len(prompts), batch_size)]
