@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import subprocess
@@ -15,18 +14,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import exercise_nbval as share
+import exercise_probe as probe
+
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-share, probe = load("exercise_nbval"), load("exercise_probe")
 WITH_EXERCISES = sorted(p.name for p in CHAPTERS.glob("*.ipynb")
                         if share.exercises(nbformat.read(p, as_version=4).cells))
 

@@ -58,6 +58,14 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
     raise ValueError(f"{name} must be {rule}{hint}, got {value!r}")
 
 
+def check_threads(name: str, value: Any) -> int:
+    """A --threads flag: an int in [1, this machine's cores] (more threads than cores only wait for each other,
+    and a huge number crashes PyTorch)."""
+    import os
+
+    return check_int(name, value, 1, os.cpu_count() or 1, hint=" (this machine's cores: os.cpu_count())")
+
+
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None, *,
                  low_open: bool = False, high_open: bool = False, span: str | None = None,
                  hint: str = "") -> float:

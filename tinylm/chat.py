@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Iterator
 
 import torch
 
-from ._checks import IGNORE_INDEX, check_int, check_number  # IGNORE_INDEX: the label of a position the loss skips
+# IGNORE_INDEX: the label of a position the loss skips
+from ._checks import IGNORE_INDEX, check_int, check_number, check_threads
 from .chat_template import COURSE, ChatTemplate, check_messages
 from .config import MAX_SEQ_LEN, Config
 from .generate import _check_temperature, _check_top_k, _check_top_p, generate, stream
@@ -298,8 +298,8 @@ def check_flags(args: argparse.Namespace) -> int:
     """Every flag of `python -m tinylm.chat`, before the model loads (a bad one fails at once, not after the
     weights are read); returns the context: --context, else SmolLM2's default or the checkpoint's max_seq_len.
     Whether an adapter fits the model is checked when it is loaded into it."""
-    if args.threads is not None:       # more threads than cores only wait for each other (or crash PyTorch)
-        check_int("--threads", args.threads, 1, os.cpu_count() or 1, hint=" (this machine's cores: os.cpu_count())")
+    if args.threads is not None:
+        check_threads("--threads", args.threads)
     check_number("--temperature", args.temperature, 0, hint=" (0 means greedy)")
     check_int("--top-k", args.top_k, low=1)
     if args.top_p is not None:

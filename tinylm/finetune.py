@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ._checks import check_int
+from ._checks import check_threads
 from .chat import load_chat_model
 from .dpo import PREFERENCES, DPOObjective, make_pairs
 from .evaluate import TaskResult, evaluate_task, forgetting
@@ -147,8 +147,8 @@ def _check(args: argparse.Namespace) -> LoRAConfig:
         value = getattr(args, flag)
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"--{flag.replace('_', '-')} must be a positive int, got {value}")
-    if args.threads is not None:       # more threads than cores only wait for each other (or crash PyTorch)
-        check_int("--threads", args.threads, 1, os.cpu_count() or 1, hint=" (this machine's cores: os.cpu_count())")
+    if args.threads is not None:
+        check_threads("--threads", args.threads)
     if args.task_seed < 0:
         raise ValueError(f"--task-seed must be an int >= 0, got {args.task_seed}")
     _check_out(args.out)

@@ -210,9 +210,8 @@ def _narrowest(model: TinyLM, targets) -> tuple[int, str, nn.Module]:
     """(min(in, out), name, layer) of the first narrowest layer named in targets."""
     _check_model(model)
     found = _target_linears(model, parse_targets(targets))
-    width, _, name, layer = min(((min(c.in_features, c.out_features), i, n, c) for i, (n, _, _, c)
-                                 in enumerate(found)), key=lambda t: t[:2])
-    return width, name, layer
+    name, _, _, layer = min(found, key=lambda f: min(f[3].in_features, f[3].out_features))   # the first such
+    return min(layer.in_features, layer.out_features), name, layer
 
 
 def max_lora_rank(model: TinyLM, targets: str | tuple[str, ...] | list[str] = "all") -> int:

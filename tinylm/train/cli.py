@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import corpus, distributed
-from .._checks import IGNORE_INDEX, check_bool, check_int, check_number
+from .._checks import IGNORE_INDEX, check_bool, check_int, check_number, check_threads
 from .._loading import check_device, model_bytes
 from ..chat import ChatSession, encode_chat, load_conversations
 from ..config import PRESETS, Config
@@ -172,8 +172,8 @@ def _check_flags(args: argparse.Namespace) -> None:
     check_int("--sample-tokens", args.sample_tokens, low=0, hint=" (0: no sample)")
     if args.stop_after is not None:
         check_int("--stop-after", args.stop_after, low=1)
-    if args.threads is not None:       # more threads than cores only wait for each other (or exhaust the OS)
-        check_int("--threads", args.threads, 1, os.cpu_count() or 1, hint=" (this machine's cores: os.cpu_count())")
+    if args.threads is not None:
+        check_threads("--threads", args.threads)
     if args.out == Path():             # --out '' (argparse gives Path('.')) or --out .: the working directory
         raise ValueError("--out must name a folder for the run's checkpoints (e.g. --out runs/mini), not the "
                          "working directory itself ('' or '.')")
