@@ -51,14 +51,16 @@ def checked_names(source: str) -> list[str]:
     raise AssertionError(f"the exercise cell does not call check(...):\n{source}")
 
 
-def listing_source(names: list[str]) -> str:
-    """The cell run before the learner's: load the probe by path, list what the learner can call."""
+def listing_source(names: list[str], chapter: str) -> str:
+    """The cell run before the learner's: load the probe by path, list what the learner can call, and add
+    the chapter's named shortcuts and wrong answers (tests/exercise_bypasses.py) for a checker of one."""
+    named = (f"_tl_found += _tl_probe.named(get_ipython().user_ns, {chapter!r})\n" if len(names) == 1 else "")
     return (f"import importlib.util as _tl_u\n"
             f"_tl_s = _tl_u.spec_from_file_location('_tl_probe', {str(PROBE)!r})\n"
             f"_tl_probe = _tl_u.module_from_spec(_tl_s)\n"
             f"_tl_s.loader.exec_module(_tl_probe)\n"
             f"_tl_found = _tl_probe.candidates(get_ipython().user_ns, skip={set(['check', *names])!r})\n"
-            f"del _tl_u, _tl_s\n")
+            + named + "del _tl_u, _tl_s\n")
 
 
 def probe_source(names: list[str], what: str) -> str:
@@ -87,7 +89,7 @@ def add_probes(items: list) -> None:
             names = checked_names(cells[exercise].cell.source)
             what = f"{chapter}, exercise {', '.join(names)} (code cell {exercise})"
             n = cells[exercise].cell_num
-            for where, at, label, source in ((before, exercise, LISTING, listing_source(names)),
+            for where, at, label, source in ((before, exercise, LISTING, listing_source(names, chapter)),
                                              (after, solution, CHECKING, probe_source(names, what))):
                 where[id(cells[at])] = IPyNbCell.from_parent(
                     notebook, name=f"Cell {n} ({label})", cell_num=n, cell=new_code_cell(source),

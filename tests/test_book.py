@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tinylm.book import Question, check_function, check_group_advantages, check_lora_forward, quiz
+from tinylm.book import Question, case_seed, check_function, check_group_advantages, check_lora_forward, quiz
 from tinylm.lora import LoRAConfig, LoRALinear
 
 
@@ -148,9 +148,77 @@ def test_forbid_catches_names_imported_into_the_learners_namespace_and_swallowed
     assert namespace["encode"].__func__ is BPETokenizer.encode and TOK.encode("the cat") == own_encode("the cat")
 
 
-def test_forbid_must_name_modules_or_classes():
-    with pytest.raises(ValueError, match="modules or classes"):
-        check_function(own_encode, TOK.encode, TEXTS, forbid=["tinylm.tokenizer"])
+def test_forbid_must_name_modules_classes_functions_or_dotted_names():
+    for bad, says in ((3, "modules, classes or functions"), ("tinylm", "not a dotted name"),
+                      ("numpy.no_such_function", "names nothing in the loaded numpy")):
+        with pytest.raises(ValueError, match=says):
+            check_function(own_encode, TOK.encode, TEXTS, forbid=[bad])
+
+
+def _rms(x, w):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w
+
+
+NORM_CASES = [(np.random.default_rng(s).normal(size=(3, 8)), np.random.default_rng(9).normal(size=8))
+              for s in range(3)]
+TORCH_NORMS = [torch.nn.functional.rms_norm, torch.rms_norm, torch.nn.RMSNorm]
+
+
+@pytest.mark.parametrize("answer, called", [
+    (lambda x, w: torch.nn.functional.rms_norm(torch.from_numpy(x), (8,), torch.from_numpy(w), 1e-6),
+     "torch.nn.functional.rms_norm"),
+    (lambda x, w: torch.rms_norm(torch.from_numpy(x), (8,), torch.from_numpy(w), 1e-6), "rms_norm"),
+    (lambda x, w: torch.nn.RMSNorm(8, eps=1e-6)(torch.from_numpy(x)) * torch.from_numpy(w), "RMSNorm.__init__"),
+])
+def test_forbid_refuses_torchs_built_ins_python_or_c(answer, called):
+    v = check_function(answer, _rms, NORM_CASES, forbid=TORCH_NORMS, name="rms_norm")
+    assert not v and called in v.message and "library function that does the exercise" in v.message, v.message
+    assert check_function(lambda x, w: torch.from_numpy(_rms(x, w)), _rms, NORM_CASES, forbid=TORCH_NORMS)
+    assert torch.nn.functional.rms_norm(torch.ones(1, 8), (8,)).shape == (1, 8)   # and usable again after
+
+
+def test_forbid_sees_through_a_reloaded_module_and_a_hook_turned_off(tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    (tmp_path / "course_norms.py").write_text("import numpy as np\n\n"
+                                               "def rms(x, w):\n"
+                                               "    return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("course_norms")
+    try:
+        held = module.rms                         # a reference from before the reload
+        importlib.reload(module)
+        assert held is not module.rms
+        for answer in (held, module.rms, lambda x, w: held(x, w)):
+            v = check_function(answer, _rms, NORM_CASES, forbid=[module])
+            assert not v and "course_norms.rms" in v.message, v.message
+        v = check_function(lambda x, w: (sys.setprofile(None), _rms(x, w))[1], _rms, NORM_CASES, forbid=[module])
+        assert not v and "turns off the checker's watch" in v.message, v.message
+    finally:
+        sys.modules.pop("course_norms", None)
+
+
+def test_forbid_by_dotted_name_waits_for_the_package_and_then_refuses(monkeypatch):
+    import sys
+    import types
+
+    def answer(x, w):
+        return sys.modules["course_extra"].norm(x, w) if "course_extra" in sys.modules else _rms(x, w)
+    assert check_function(answer, _rms, NORM_CASES, forbid=["course_extra.norm"])   # not loaded: nothing to refuse
+    extra = types.ModuleType("course_extra")
+    exec("def norm(x, w):\n    return x / ((x * x).mean(-1, keepdims=True) + 1e-6) ** 0.5 * w\n", vars(extra))
+    monkeypatch.setitem(sys.modules, "course_extra", extra)
+    v = check_function(answer, _rms, NORM_CASES, forbid=["course_extra.norm"])
+    assert not v and "course_extra.norm" in v.message, v.message
+
+
+def test_a_16_bit_answer_is_refused_against_a_wider_reference_not_let_through_at_its_precision():
+    no_gain = lambda x, w: torch.from_numpy(_rms(x, np.ones_like(w)) + 1e-3).half()   # wrong by 1e-3
+    v = check_function(no_gain, lambda x, w: _rms(x, np.ones_like(w)), NORM_CASES)
+    assert not v and "returns float16" in v.message and "float64" in v.message, v.message
+    assert check_function(lambda x, w: torch.from_numpy(_rms(x, w)).float(), _rms, NORM_CASES)
+    assert check_function(lambda x: x.half() * 2, lambda x: x * 2, [(torch.ones(3).half(),)])  # 16-bit reference
 
 
 # Chapter 16's exercise: the LoRA forward, W x + (alpha / r) B A x
@@ -249,3 +317,26 @@ def test_check_group_advantages_refuses_an_answer_that_calls_tinylm_grpo():
     v = check_group_advantages(grpo.group_advantages)                    # the library's function as the answer
     assert not v and "calls tinylm.grpo." in v.message, v.message
     assert grpo.group_advantages.__code__ is original                    # put back after the check
+
+
+def test_cases_drawn_at_check_time_defeat_a_table_of_the_shown_ones():
+    draw = lambda rng: [(rng.normal(size=(2, 8)), rng.normal(size=8)) for _ in range(3)]
+    shown = draw(np.random.default_rng(0))
+    table = {x.tobytes(): _rms(x, w) for x, w in shown}
+    from_table = lambda x, w: table[x.tobytes()]
+    assert check_function(from_table, _rms, shown)            # a fixed list can be memorised
+    v = check_function(from_table, _rms, draw)
+    assert not v and "KeyError" in v.message, v.message
+    assert check_function(_rms, _rms, draw)
+
+
+def test_the_cases_follow_the_answers_code_the_same_on_every_run():
+    def half_wrong(x, w):                      # wrong where the first entry is negative: the draw decides
+        return _rms(x, w) * (1 + (x[..., :1] < 0) * 1e-3)
+    draw = lambda rng: [(rng.normal(size=(1, 8)), np.ones(8)) for _ in range(2)]
+    first = check_function(half_wrong, _rms, draw).message
+    assert all(check_function(half_wrong, _rms, draw).message == first for _ in range(3))   # deterministic
+    assert case_seed(half_wrong) == case_seed(half_wrong) != case_seed(_rms)
+    assert case_seed(lambda x: x + 1) != case_seed(lambda x: x + 2)      # a constant changes the draw
+    wrapped = lambda x, w: half_wrong(x, w)
+    assert check_function(wrapped, _rms, draw, seed_from=half_wrong).message == first

@@ -96,9 +96,14 @@ class Visit:
         self.page.goto((html_dir / name).as_uri(), wait_until="commit" if redirects_to else "load")
         if redirects_to:
             self.page.wait_for_url(re.compile(re.escape(redirects_to) + "$"), wait_until="load")
-        # MathJax typesets after load; wait for it where the page has it (an error if it never loaded: see below)
+        self.settle()
+
+    def settle(self):
+        """Wait until the page has loaded everything it asks for: MathJax typesets after load and then
+        fetches its fonts, so leaving sooner aborts those requests (net::ERR_ABORTED, read as a failure)."""
+        self.page.wait_for_load_state("load")
         self.page.evaluate("async () => { if (window.MathJax && MathJax.startup && MathJax.startup.promise)"
-                           " await MathJax.startup.promise; }")
+                           " await MathJax.startup.promise; await document.fonts.ready; }")
 
     def _block(self, route):
         self.external.append(route.request.url)
@@ -194,6 +199,7 @@ def test_page_loads_offline_with_no_errors(visit, book_html, name):
     if name == "search.html":  # the search runs in the page, from the local index
         page.goto(page.url + "?q=parameters")
         page.wait_for_selector("#search-results li", timeout=10_000)
+        v.settle()
     v.assert_clean()
 
     math = page.evaluate("""() => { const m = Array.from(document.querySelectorAll('.math'));
@@ -321,9 +327,11 @@ def test_landing_map_links_each_part_to_its_chapter(visit, book_html):
         href = f"{chapter}.html"
         assert href in links, f"the map has no part linked to {chapter}"
         page.goto((book_html / "intro.html").as_uri())
+        v.settle()
         page.locator(f'figure.tl-map svg a[href="{href}"]').first.click()
         clicks += 1
         page.wait_for_url(re.compile(re.escape(href) + "$"), wait_until="domcontentloaded")
+        v.settle()  # before the next goto leaves it
         number = int(Path(chapter).name[:2])
         assert page.locator("main h1").first.inner_text().startswith(f"{number}."), f"{href} is not chapter {number}"
     v.assert_clean(f"clicking {clicks} map links on")
@@ -489,4 +497,5 @@ def test_no_page_scrolls_sideways_on_a_phone(visit, name):
         link = page.locator('figure.tl-map svg a[href="chapters/02_rmsnorm.html"]').first
         link.tap()
         page.wait_for_url(re.compile(r"chapters/02_rmsnorm\.html$"), wait_until="domcontentloaded")
+        v.settle()
     v.assert_clean("using a phone-sized window on")

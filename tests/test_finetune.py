@@ -10,7 +10,7 @@ import torch
 from helpers import corpus_text, limits, random_model
 from tinylm import Config
 from tinylm.finetune import main
-from tinylm.lora import LoRAConfig, add_lora, load_adapter, lora_config, lora_layers, remove_lora, save_adapter
+from tinylm.lora import LoRAConfig, adapter_chain, add_lora, load_adapter, lora_config, lora_layers, remove_lora, save_adapter
 from tinylm.tokenizer import BPETokenizer
 from tinylm.train import History, TrainConfig, load_weights, make_optimizer, save_checkpoint
 
@@ -109,6 +109,16 @@ def test_dpo_starts_from_an_adapter_and_reports_before_and_after(model_dir, tmp_
     model = load_adapter(load_weights(model_dir), sft)
     remove_lora(model, merge=True)
     assert lora_config(load_adapter(model, out / "adapter.safetensors")).rank == 2   # fits the merged start
+    # the DPO adapter names its start, so chat stacks the SFT adapter under it instead of loading it bare
+    assert adapter_chain(out / "adapter.safetensors") == [sft, out / "adapter.safetensors"]
+    (out / "summary.json").unlink()                                        # the file's metadata alone says so
+    assert adapter_chain(out / "adapter.safetensors") == [sft, out / "adapter.safetensors"]
+    sft.write_bytes(sft.read_bytes()[:-4] + b"\0\0\0\0")                    # the start changed since
+    with pytest.raises(ValueError, match="has changed since"):
+        adapter_chain(out / "adapter.safetensors")
+    sft.unlink()
+    with pytest.raises(ValueError, match="trained on top of the adapter .*which is not here"):
+        adapter_chain(out / "adapter.safetensors")
 
 
 def test_grpo_reports_the_reward_curve_and_the_time_split(model_dir, tmp_path, capsys):

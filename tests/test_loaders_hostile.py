@@ -432,7 +432,7 @@ def fuzz_files(tmp_path_factory) -> "fuzz_loaders.Files":
     return fuzz_loaders.make_files(tmp_path_factory.mktemp("fuzz"))
 
 
-@pytest.mark.parametrize("target", ["gguf", "tokenizer", "hf", "checkpoint"])
+@pytest.mark.parametrize("target", fuzz_loaders.TARGETS)
 def test_a_few_fuzzed_files_end_in_a_model_or_a_clear_error(fuzz_files, target):
     results = fuzz_loaders.fuzz(target, fuzz_files, examples=12, rng_seed=0)
     assert len(results) == 12

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from conftest import SMALL_CONFIGS
 from helpers import random_model, tiny
 from tinylm.lora import (
-    LoRAConfig, LoRALinear, adapter_disabled, adapter_state_dict, add_lora, count_trainable, load_adapter,
+    LoRAConfig, LoRALinear, adapter_chain, adapter_disabled, adapter_state_dict, add_lora, count_trainable, load_adapter,
     lora_config, lora_layers, merge_lora, parse_targets, read_adapter_config, remove_lora, save_adapter,
     set_adapter_enabled, unmerge_lora,
 )
@@ -249,6 +249,9 @@ def _rewrite(src, dst, drop: str | None = None, tensors: dict | None = None, met
     (dict(meta={"rank": "0"}), "rank must be a positive int"),
     (dict(meta={"targets": '["wq"]'}), "unknown LoRA target 'wq'"),
     (dict(meta={"model": json.dumps({**CFG.to_dict(), "dim": 576})}), "another base model: its dim 576"),
+    (dict(meta={"alpha": "1e300"}), r"alpha must be a number in \(0, 10000"),       # inf logits otherwise
+    (dict(meta={"model": "[" * 100_000 + "]" * 100_000}), "nested too deep"),      # a RecursionError before
+    (dict(meta={"targets": "[" * 100_000 + "]" * 100_000}), "nested too deep"),
 ])
 def test_an_adapter_that_does_not_fit_is_refused(tmp_path, change, message):
     path = save_adapter(trained(), tmp_path / "good.safetensors")
@@ -291,7 +294,8 @@ def test_targets_by_name_or_group_in_the_models_order():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(rank=0), "rank must be a positive int"), (dict(alpha=0), "alpha must be a number > 0"),
+    (dict(rank=0), "rank must be a positive int"), (dict(alpha=0), r"alpha must be a number in \(0, 10000"),
+    (dict(alpha=1e300), "alpha / rank scales the update"),
     (dict(init="zeros"), "init must be"), (dict(targets="lm_head"), "unknown LoRA target"),
 ])
 def test_bad_lora_configs_say_what_to_change(kwargs, message):
@@ -356,3 +360,15 @@ def test_smollm2_adapter_step_zero_train_and_reload(tmp_path):
         assert torch.equal(logits(model, x), base)
     fresh, _ = load_gguf(smollm2_gguf_path(), progress=False, max_seq_len=64)
     assert torch.equal(logits(load_adapter(fresh, path), x), adapted)
+
+
+def test_an_adapter_of_the_base_is_its_own_chain_and_an_old_run_names_its_start_in_its_summary(tmp_path):
+    sft = save_adapter(trained(), tmp_path / "sft" / "adapter.safetensors")
+    assert adapter_chain(sft) == [sft]
+    old = save_adapter(trained(), tmp_path / "dpo" / "adapter.safetensors")   # saved before the 'start' key
+    (tmp_path / "dpo" / "summary.json").write_text(json.dumps({"start_adapter": str(sft)}))
+    assert adapter_chain(old) == [sft, old]
+    looped = save_adapter(trained(), tmp_path / "loop" / "adapter.safetensors")
+    (tmp_path / "loop" / "summary.json").write_text(json.dumps({"start_adapter": str(looped)}))
+    with pytest.raises(ValueError, match="more than 8 adapters"):
+        adapter_chain(looped)

@@ -84,3 +84,20 @@ def test_stops_at_eos_like_generate():
 def test_bad_input_is_a_clear_error(call, match):
     with pytest.raises(ValueError, match=match):
         call(random_model(tiny()))
+
+
+@pytest.mark.parametrize("where", ["prefill", "verify"])
+def test_nan_logits_are_a_clear_error_not_token_zero(where):
+    model = random_model(tiny(), seed=0)
+    real = model.forward
+    calls = []
+
+    def nan_after_prefill(x, *args, **kwargs):      # NaN logits at the prefill, or at the first check of drafts
+        logits, *rest = real(x, *args, **kwargs)
+        calls.append(x.shape)
+        if where == "prefill" or len(calls) > 1:
+            logits = torch.full_like(logits, float("nan"))
+        return (logits, *rest)
+    model.forward = nan_after_prefill
+    with pytest.raises(ValueError, match="logits hold NaN"):
+        speculative_generate(model, torch.tensor([[1, 2, 1, 2]]), 6, k=2)

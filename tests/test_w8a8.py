@@ -123,3 +123,12 @@ def test_the_int_mm_route_unpinned_equals_the_reference():
     exact, err = run.stdout.split()
     assert float(err) < RTOL, (exact, err)
     assert not int_mm_exact() or os.environ.get("ONEDNN_MAX_CPU_ISA") != "AVX2"     # pinned here: fp32 route
+
+
+@pytest.mark.parametrize("rows", [1, 3])        # fbgemm's one-row route and the integer route
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nan_or_inf_activations_are_a_clear_error(rows, bad):
+    x = torch.ones(rows, 64)
+    x[-1, 0] = bad
+    with pytest.raises(ValueError, match="NaN or inf"):
+        layer()(x)

@@ -38,7 +38,7 @@ from ._checks import IGNORE_INDEX, check_int, check_number, check_threads
 from .chat_template import COURSE, ChatTemplate, check_messages
 from .config import MAX_SEQ_LEN, Config
 from .generate import _check_temperature, _check_top_k, _check_top_p, generate, stream
-from .lora import load_adapter, read_adapter_config, remove_lora
+from .lora import adapter_chain, load_adapter, remove_lora
 from .model import TinyLM
 from .pretrained import load_gguf, smollm2_gguf_path
 from .quantize import quantize
@@ -318,7 +318,7 @@ def check_flags(args: argparse.Namespace) -> int:
     check_int("--max-new-tokens", args.max_new_tokens, 1, context - 1, span=f"in [1, --context={context})",
               hint=" (the reply needs room for the question)")
     if args.adapter is not None:
-        read_adapter_config(args.adapter)            # a tinylm adapter file, from its metadata alone
+        adapter_chain(args.adapter)                  # tinylm adapter files (and a DPO run's start), metadata alone
     return context
 
 
@@ -331,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads is not None:
             torch.set_num_threads(args.threads)
         model, tok, name = load_chat_model(args.model_dir, context)
-        if args.adapter is not None:
-            remove_lora(load_adapter(model, args.adapter), merge=True)   # W + (alpha/r) B A, then a plain model
+        for adapter in adapter_chain(args.adapter) if args.adapter is not None else []:   # a DPO run's start first
+            remove_lora(load_adapter(model, adapter), merge=True)   # W + (alpha/r) B A, then a plain model
         if args.format != "fp32":
             quantize(model, args.format)
         session = ChatSession(model, tok, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,

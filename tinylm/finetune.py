@@ -291,7 +291,7 @@ def _run_rl(args: argparse.Namespace, tc: TrainConfig, lora: LoRAConfig, model, 
     def on_eval(step: int) -> str | None:
         t = time.perf_counter()
         if step:
-            save_adapter(model, args.out / ADAPTER)
+            save_adapter(model, args.out / ADAPTER, start=args.adapter)
         row: dict = {"step": step}
         if held["measure"] is not None:
             row |= {f"val_{k}": v for k, v in held["measure"]().items()}
@@ -308,7 +308,7 @@ def _run_rl(args: argparse.Namespace, tc: TrainConfig, lora: LoRAConfig, model, 
     if isinstance(history, int):
         return history
     wall = time.perf_counter() - t0
-    path = save_adapter(model, args.out / ADAPTER)
+    path = save_adapter(model, args.out / ADAPTER, start=args.adapter)   # the start named: chat stacks it
     sampling = objective.sample_seconds if isinstance(objective, GRPOObjective) else 0.0
     split = {"train_seconds": wall, "sampling_seconds": sampling, "eval_seconds": seconds["eval"],
              "update_seconds": wall - sampling - seconds["eval"]}

@@ -25,6 +25,7 @@ modules and the base model's config in the metadata; `load_adapter` refuses a fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from ._checks import check_int, check_number, check_one_of
+from ._loading import unique_keys
 from .config import Config
 from .model import TinyLM
 from .params import count_params
@@ -69,6 +71,11 @@ def parse_targets(targets: str | tuple[str, ...] | list[str]) -> tuple[str, ...]
     return tuple(m for m in TARGET_GROUPS["all"] if m in out)    # the model's order, whatever the spelling
 
 
+# alpha / rank multiplies B A; LoRA's papers use alpha from 1 to a few times the rank. Above this the update
+# of a trained adapter overflows float32 (alpha 1e300 gave inf logits), so such a file is refused.
+MAX_ALPHA = 1e4
+
+
 @dataclass(frozen=True)
 class LoRAConfig:
     """What an adapter is: its rank, scale and the layers it wraps (saved in every adapter file)."""
@@ -80,7 +87,8 @@ class LoRAConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rank", check_int("rank", self.rank, low=1))
-        object.__setattr__(self, "alpha", float(check_number("alpha", self.alpha, 0, low_open=True)))
+        object.__setattr__(self, "alpha", float(check_number("alpha", self.alpha, 0, MAX_ALPHA, low_open=True,
+                                                             hint=" (alpha / rank scales the update)")))
         object.__setattr__(self, "targets", parse_targets(self.targets))
         check_one_of("init", self.init, INITS)
 
@@ -313,11 +321,12 @@ def _model_fields(model: TinyLM) -> dict:
     return {k: v for k, v in model.cfg.to_dict().items() if k not in UNCHECKED_FIELDS}
 
 
-def save_adapter(model: TinyLM, path: str | Path) -> Path:
+def save_adapter(model: TinyLM, path: str | Path, start: str | Path | None = None) -> Path:
     """Write the adapter (A and B of every wrapped layer, fp32) to a safetensors file; return its path.
 
-    The metadata holds the format, rank, alpha, targets, init and the base model's config (JSON strings).
-    Refuses (ValueError) weights that are not finite.
+    The metadata holds the format, rank, alpha, targets, init and the base model's config (JSON strings), and
+    for an adapter trained on a merged start (DPO or GRPO from an SFT adapter) that start's file and SHA-256,
+    so `adapter_chain` can stack it first. Refuses (ValueError) weights that are not finite.
     """
     config = lora_config(model)
     tensors = {n: t.float().contiguous().cpu() for n, t in adapter_state_dict(model).items()}
@@ -327,6 +336,8 @@ def save_adapter(model: TinyLM, path: str | Path) -> Path:
     meta = {"format": ADAPTER_FORMAT, "version": str(ADAPTER_VERSION), "rank": str(config.rank),
             "alpha": repr(config.alpha), "targets": json.dumps(list(config.targets)), "init": config.init,
             "model": json.dumps(_model_fields(model), sort_keys=True)}
+    if start is not None:
+        meta["start"] = json.dumps({"file": str(start), "sha256": _sha256(Path(start))})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -356,13 +367,68 @@ def read_adapter_config(path: str | Path) -> tuple[LoRAConfig, dict]:
         raise ValueError(f"{path}: the metadata misses {missing}")
     try:
         rank, alpha = int(meta["rank"]), float(meta["alpha"])
-        targets, fields = json.loads(meta["targets"]), json.loads(meta["model"])
+        targets = json.loads(meta["targets"], object_pairs_hook=unique_keys)
+        fields = json.loads(meta["model"], object_pairs_hook=unique_keys)   # a key given twice is refused
         config = LoRAConfig(rank=rank, alpha=alpha, targets=tuple(targets), init=meta["init"])
     except (ValueError, TypeError) as e:
         raise ValueError(f"{path}: the metadata is not a valid LoRA configuration ({e})") from None
+    except RecursionError:                      # JSON nested thousands deep
+        raise ValueError(f"{path}: the metadata's JSON is nested too deep to be an adapter's") from None
     if not isinstance(fields, dict):
         raise ValueError(f"{path}: metadata 'model' must be a JSON object of the base model's Config fields")
     return config, fields
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _start_of(path: Path) -> tuple[str, str | None] | None:
+    """(file, sha256 or None) of the start an adapter was trained on: its metadata's 'start', or for a file
+    saved before that key, the run's summary.json beside it ('start_adapter'); None for an adapter of the base."""
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+    if "start" in meta:
+        try:
+            start = json.loads(meta["start"])
+            return str(start["file"]), str(start["sha256"])
+        except (ValueError, TypeError, KeyError, RecursionError):
+            raise ValueError(f"{path}: metadata 'start' must be JSON {{\"file\": ..., \"sha256\": ...}}") from None
+    summary = path.parent / "summary.json"
+    if summary.is_file():
+        try:
+            named = json.loads(summary.read_text()).get("start_adapter")
+        except (ValueError, AttributeError, RecursionError):
+            return None
+        if isinstance(named, str) and named:
+            return named, None
+    return None
+
+
+def adapter_chain(path: str | Path, max_depth: int = 8) -> list[Path]:
+    """The adapters to merge into the base, in order, for the adapter at `path`: its start first (a DPO or
+    GRPO run's adapter applies to the base with its SFT start merged in), then itself. A start's relative path
+    is looked up from the working folder, then from the folder that holds the tinylm package (where the
+    course's shipped runs name theirs); a missing start, or one whose bytes changed, is a ValueError."""
+    chain, path = [], Path(path)
+    while path is not None:
+        read_adapter_config(path)
+        chain.insert(0, path)
+        if len(chain) > max_depth:
+            raise ValueError(f"{chain[-1]}: more than {max_depth} adapters stacked on one another (a loop?)")
+        start = _start_of(path)
+        if start is None:
+            break
+        named, digest = start
+        found = next((p for p in (Path(named), Path(__file__).resolve().parent.parent / named) if p.is_file()), None)
+        if found is None:
+            raise ValueError(f"{path} was trained on top of the adapter {named} (its start, merged into the base), "
+                             "which is not here; put that file there, or load the base with it merged first")
+        if digest is not None and _sha256(found) != digest:
+            raise ValueError(f"{path} was trained on top of {named}, but that file has changed since (SHA-256 "
+                             "differs): this adapter would apply to another model")
+        path = found
+    return chain
 
 
 def load_adapter(model: TinyLM, path: str | Path) -> TinyLM:

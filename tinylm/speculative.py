@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 
 from ._checks import check_int
-from .generate import _check_generate_args
+from .generate import _check_generate_args, _sample
 from .model import TinyLM
 
 Draft = Callable[[list[int], int], list[int]]   # (tokens so far, at most k) -> proposed next tokens
@@ -65,6 +65,11 @@ def speculative_generate(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, 
     return torch.tensor([out], dtype=idx.dtype, device=idx.device), stats
 
 
+def _greedy(logits: torch.Tensor) -> torch.Tensor:
+    """argmax over the last dim, as generate's greedy step: NaN logits raise instead of choosing id 0."""
+    return _sample(logits, 0.0, None, None, None)
+
+
 def _speculate(model, idx, max_new_tokens, k, draft, eos_id):
     T = idx.shape[1]
     tokens = idx[0].tolist()
@@ -72,13 +77,13 @@ def _speculate(model, idx, max_new_tokens, k, draft, eos_id):
     if max_new_tokens == 0:
         return tokens, stats
     cache = model.new_cache(1, min(T + max_new_tokens + k, model.cfg.max_seq_len))
-    tokens.append(int(model(idx, cache=cache)[0][0, -1].argmax()))      # prefill: the first new token
+    tokens.append(int(_greedy(model(idx, cache=cache)[0][:, -1])))      # prefill: the first new token
     while len(tokens) - T < max_new_tokens and tokens[-1] != eos_id:
         room = min(max_new_tokens - (len(tokens) - T) - 1, cache.max_len - cache.pos - 1, k)
         proposal = [int(t) for t in draft(tokens, room)][:room] if room > 0 else []
         start = cache.pos                                                # the last token is not cached yet
         x = torch.tensor([tokens[-1:] + proposal], device=idx.device)   # (1, 1 + n)
-        choice = model(x, cache=cache)[0][0].argmax(-1).tolist()        # (1 + n,) greedy after each position
+        choice = _greedy(model(x, cache=cache)[0][0]).tolist()          # (1 + n,) greedy after each position
         kept = 0
         while kept < len(proposal) and proposal[kept] == choice[kept]:
             kept += 1

@@ -114,6 +114,10 @@ class W8A8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape, dtype = x.shape, x.dtype
         x2 = x.reshape(-1, shape[-1]).float().contiguous()                             # (M, K)
+        if not bool(torch.isfinite(x2).all()):    # 8-bit codes have no NaN or inf: the range itself is undefined
+            raise ValueError("W8A8Linear's input holds NaN or inf, which int8 activations cannot represent; "
+                             "the layers before it overflowed or the model's weights are not finite (check "
+                             "all(p.isfinite().all() for p in model.parameters()))")
         if x2.shape[0] == 1 and self._packed is not None:
             y = torch.ops.quantized.linear_dynamic(x2, self._packed, False)           # (1, N)
         else:

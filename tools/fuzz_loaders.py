@@ -17,8 +17,10 @@ model.safetensors.index.json) and a training checkpoint (`save_checkpoint`). Eac
     hf          the same on config.json or the index, or a shard named outside the folder, or the safetensors
                 header's bytes
     checkpoint  the same on the checkpoint's config.json, or model.safetensors' header
+    gguf_q4     the gguf mutations, read by the 4-bit loader (load_gguf_q4)
+    adapter     a LoRA adapter's safetensors header, or one metadata value (the JSON ones mutated as JSON)
 
-and the loader (`load_gguf`, `BPETokenizer.load`, `load_hf_dir`, `load_checkpoint`) must answer with a model
+and the loader (`load_gguf`, `load_gguf_q4`, `BPETokenizer.load`, `load_hf_dir`, `load_checkpoint`, `load_adapter`) must answer with a model
 or a ValueError. Outcomes: clear (ValueError), worked, silent (a change that must be refused, such as a NaN
 weight, a repeated key or a shard outside the folder, was accepted), crash (any other exception), hang (over
 10 s), oom (over a cap of 2 GiB above what the process maps; the loaders get max_bytes = 1 GiB). Examples come
@@ -66,6 +68,7 @@ class Files:
     hf: Path                     # a folder: config.json + model.safetensors
     sharded: Path                # a folder: config.json + two shards + model.safetensors.index.json
     checkpoint: Path             # a checkpoint folder of step 1
+    adapter: Path                # a LoRA adapter of the model (tinylm.lora.save_adapter)
 
 
 def make_files(root: Path) -> Files:
@@ -106,8 +109,11 @@ def make_files(root: Path) -> Files:
     optimizer.step()
     save_checkpoint(root / "ckpt", model, optimizer, 1, TrainConfig(steps=2), torch.Generator().manual_seed(0),
                     History(), tokenizer=tok)
+    from tinylm.lora import LoRAConfig, add_lora, save_adapter
+    adapted = add_lora(TinyLM(cfg), LoRAConfig(rank=2, targets="attention"))
+    adapter = save_adapter(adapted, root / "adapter.safetensors")
     return Files(root, gguf, json.loads((root / "tokenizer.json").read_text()), hf_config, hf, sharded,
-                 root / "ckpt")
+                 root / "ckpt", adapter)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,6 +442,52 @@ def checkpoint_mutation(data: st.DataObject, files: Files, work: Path) -> tuple[
     return folder, bad, f"config.json: {what}"
 
 
+ADAPTER_JSON = ("targets", "model")           # metadata values that are JSON text; the others are plain strings
+
+
+def adapter_mutation(data: st.DataObject, files: Files, work: Path) -> tuple[Path, bool, str]:
+    """An adapter with its tensors' header mutated, or one metadata value: a JSON one mutated as JSON, a plain
+    one replaced by any JSON value's text, or removed."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    path = work / "adapter.safetensors"
+    shutil.copy(files.adapter, path)
+    if data.draw(st.integers(0, 2), label="file") == 0:
+        what, bad = _mutate_safetensors(data, path)
+        return path, bad, f"tensors: {what}"
+    with safe_open(str(path), framework="pt") as f:
+        meta, tensors = dict(f.metadata()), {n: f.get_tensor(n) for n in f.keys()}
+    key = data.draw(st.sampled_from(sorted(meta)), label="key")
+    if key in ADAPTER_JSON:
+        text, bad, what = json_mutation(data, json.loads(meta[key]), ["dim", "n_layers", "rank", "x"])
+        meta[key] = text
+    elif data.draw(st.booleans(), label="remove"):
+        del meta[key]
+        bad, what = False, "removed"
+    else:
+        new = data.draw(JSON_VALUES, label="value")
+        meta[key] = "[" * 5000 + "]" * 5000 if new == DEEP else (new if isinstance(new, str) else json.dumps(new))
+        bad, what = False, f":= {meta[key][:60]}"
+    save_file(tensors, str(path), metadata=meta)
+    return path, bad, f"metadata {key}: {what}"
+
+
+def _use_adapter(path: Path, cfg_of: Path) -> None:
+    """An adapter that loads must also run: into a fresh model of its base, then one finite forward."""
+    import torch
+
+    from tinylm import TinyLM
+    from tinylm.lora import load_adapter, read_adapter_config
+    from tinylm.pretrained import load_gguf
+    model = load_gguf(cfg_of, progress=False)[0]
+    read_adapter_config(path)
+    logits, _ = load_adapter(model, path)(torch.zeros(1, 4, dtype=torch.long))
+    if not bool(torch.isfinite(logits).all()):
+        raise RuntimeError("the adapter loaded, and the model's logits are not finite")
+    assert isinstance(model, TinyLM)
+
+
 def tokenizer_mutation(data: st.DataObject, files: Files, work: Path) -> tuple[Path, bool, str]:
     text, bad, what = json_mutation(data, files.tokenizer, ["byte_ids", "merge_ids", "bos", "eos", "chat_template"])
     (work / "tokenizer.json").write_text(text)
@@ -472,18 +524,33 @@ def _capped(load: Callable) -> Callable:
     return load
 
 
+TARGETS = ["gguf", "gguf_q4", "tokenizer", "hf", "checkpoint", "adapter"]
+
+
 def targets() -> dict[str, Callable[[st.DataObject, Files, Path], tuple[str, str, str]]]:
     """target name -> run one example: (outcome, message, what changed)."""
     from tinylm.hf import load_hf_dir
+    from tinylm.gguf_q4 import load_gguf_q4
     from tinylm.pretrained import load_gguf
     from tinylm.tokenizer import BPETokenizer
     from tinylm.train import load_checkpoint
-    load_gguf, load_hf_dir, load_checkpoint = map(_capped, (load_gguf, load_hf_dir, load_checkpoint))
+    load_gguf, load_gguf_q4, load_hf_dir, load_checkpoint = map(_capped, (load_gguf, load_gguf_q4, load_hf_dir,
+                                                                         load_checkpoint))
 
     def gguf(data, files, work):
         raw, bad, what = gguf_mutation(data, files)
         (work / "m.gguf").write_bytes(raw)
         return (*outcome(lambda: load_gguf(work / "m.gguf", progress=False), bad), what)
+
+    def gguf_q4(data, files, work):               # the 4-bit loader reads the same files (issue 37)
+        raw, bad, what = gguf_mutation(data, files)
+        (work / "m.gguf").write_bytes(raw)
+        return (*outcome(lambda: load_gguf_q4(work / "m.gguf"), bad), what)
+
+    def adapter(data, files, work):
+        path, bad, what = adapter_mutation(data, files, work)
+        (work / "base.gguf").write_bytes(files.gguf)
+        return (*outcome(lambda: _use_adapter(path, work / "base.gguf"), bad), what)
 
     def tokenizer(data, files, work):
         path, bad, what = tokenizer_mutation(data, files, work)
@@ -496,7 +563,8 @@ def targets() -> dict[str, Callable[[st.DataObject, Files, Path], tuple[str, str
     def checkpoint(data, files, work):
         folder, bad, what = checkpoint_mutation(data, files, work)
         return (*outcome(lambda: load_checkpoint(folder), bad), what)
-    return {"gguf": gguf, "tokenizer": tokenizer, "hf": hf, "checkpoint": checkpoint}
+    return {"gguf": gguf, "gguf_q4": gguf_q4, "tokenizer": tokenizer, "hf": hf, "checkpoint": checkpoint,
+            "adapter": adapter}
 
 
 def _use_tokenizer(tok) -> None:
@@ -547,7 +615,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--examples", type=int, default=300, help="examples per target (default 300)")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis's seed (default 0)")
-    parser.add_argument("--only", nargs="*", choices=["gguf", "tokenizer", "hf", "checkpoint"], help="some targets")
+    parser.add_argument("--only", nargs="*", choices=TARGETS, help="some targets")
     parser.add_argument("--json", type=Path, help="write every example's outcome here")
     args = parser.parse_args()
     import warnings
@@ -560,7 +628,7 @@ def main() -> None:
     results, seconds = [], {}
     with tempfile.TemporaryDirectory(prefix="tinylm-fuzz-") as tmp:
         files = make_files(Path(tmp))
-        for name in args.only or ["gguf", "tokenizer", "hf", "checkpoint"]:
+        for name in args.only or TARGETS:
             t0 = time.perf_counter()
             results += fuzz(name, files, args.examples, args.seed)
             seconds[name] = time.perf_counter() - t0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -11,7 +13,7 @@ import numpy as np
 from .. import backprop, numpy_model
 from .._checks import check_number
 from ..gradcheck import max_errors
-from .sandbox import _call_with_deadline, _Forbidden, _forbidden_functions, _forbidding, _TimeUp
+from .sandbox import _call_with_deadline, _Forbidden, _forbidden_functions, _TimeUp, _watched
 
 
 @dataclass
@@ -27,7 +29,32 @@ class Verdict:
 
 
 # The least tolerance an answer in each dtype gets: float32 keeps about 7 digits, float16 3, bfloat16 2.
+# A 16-bit answer gets its floor only where the reference is 16-bit too: against a float32 or float64
+# reference it is refused, since at 1e-2 a wrong answer (a block without its MLP) would pass.
 _TOLERANCE_FLOOR = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}
+_SIXTEEN_BITS = {"float16", "bfloat16"}
+
+
+def case_seed(*fns: Callable) -> int:
+    """A seed for the cases a checker draws, from what the answer's code says: its name and the names and
+    constants it uses (not its bytecode, which changes between Python versions). The same answer draws the
+    same cases on every run and machine, so a chapter prints the same verdict; another answer draws others,
+    and no case is shown in advance, so none can be answered from a table."""
+    parts: list[str] = []
+
+    def walk(code: types.CodeType) -> None:
+        parts.extend(code.co_names + code.co_varnames)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                walk(const)
+            else:
+                parts.append(repr(const))
+    for fn in fns:
+        fn = getattr(fn, "__func__", fn)
+        parts.append(getattr(fn, "__qualname__", type(fn).__qualname__))
+        if isinstance(getattr(fn, "__code__", None), types.CodeType):
+            walk(fn.__code__)
+    return int.from_bytes(hashlib.sha256("\0".join(sorted(set(parts))).encode()).digest()[:8], "big")
 
 
 def _as_numpy(value: Any) -> tuple[np.ndarray, str]:
@@ -40,25 +67,35 @@ def _as_numpy(value: Any) -> tuple[np.ndarray, str]:
     return array, array.dtype.name
 
 
-def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tuple], *,
+def check_function(user_fn: Callable, reference_fn: Callable,
+                   cases: Sequence[tuple] | Callable[[np.random.Generator], Sequence[tuple]], *,
                    atol: float = 1e-6, rtol: float = 1e-6, name: str = "your function",
-                   timeout: float = 10.0, forbid: Sequence[Any] = ()) -> Verdict:
+                   timeout: float = 10.0, forbid: Sequence[Any] = (), seed_from: Callable | None = None) -> Verdict:
     """Call both functions on each case (a tuple of arguments) and say whether the outputs agree.
 
-    The learner may answer with a NumPy array or a torch tensor. A float32 (or 16-bit) answer is held to
-    its precision, at least `_TOLERANCE_FLOOR[dtype]`, and a NOT YET names the dtype and the tolerance.
+    cases: a list of argument tuples, or a function `draw(rng)` that returns one, called at each check with
+    a NumPy generator seeded by `case_seed(seed_from or user_fn)` (seed_from: the learner's function, where
+    user_fn wraps it): cases drawn at check time, never shown, cannot be answered from a table.
+
+    The learner may answer with a NumPy array or a torch tensor. A float32 answer is held to its
+    precision, at least `_TOLERANCE_FLOOR["float32"]`, and a NOT YET names the dtype and the tolerance; a
+    16-bit answer is refused unless the reference is 16-bit too (the tolerance never follows a coarser
+    answer).
     The learner's function gets `timeout` seconds for all the cases together: an endless loop ends in a
     NOT YET verdict instead of a kernel that never answers.
 
-    forbid: modules or classes whose functions the learner's code must not call (the implementation the
-    exercise asks them to write, e.g. [tinylm.tokenizer]); while it runs they raise, and a call, even one
-    the learner's code catches, is a NOT YET that names the function. The reference runs without them.
+    forbid: what the learner's code must not call (the implementation the exercise asks them to write):
+    modules (every function in their file, e.g. [tinylm.tokenizer]), classes (their methods and
+    constructor), functions (Python or C, e.g. torch.nn.functional.silu) or dotted names of optional
+    packages ("transformers.TopPLogitsWarper", refused once loaded). A call, even one the learner's code
+    catches, is a NOT YET that names the function. The reference runs without them.
     """
-    functions = _forbidden_functions(forbid)
-    namespace = getattr(user_fn, "__globals__", {})
+    refusals = _forbidden_functions(forbid)
     if not callable(user_fn) or not callable(reference_fn):
         raise ValueError(f"user_fn and reference_fn must be functions, got {type(user_fn).__name__} and "
                          f"{type(reference_fn).__name__}")
+    if callable(cases):
+        cases = cases(np.random.default_rng(case_seed(seed_from or user_fn)))
     if isinstance(cases, (str, bytes)) or not isinstance(cases, Sequence) or not cases:
         raise ValueError("cases must be a non-empty list of argument tuples; with no case, every function "
                          "would pass")
@@ -67,12 +104,12 @@ def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tu
     check_number("timeout", timeout, 0, low_open=True, hint=" seconds")
     deadline = time.monotonic() + timeout
     for n, args in enumerate(cases):
-        expected = np.asarray(reference_fn(*args))
+        expected, expected_dtype = _as_numpy(reference_fn(*args))
         called: list[str] = []
         try:
-            with _forbidding(functions, namespace, called):
-                got = _call_with_deadline(user_fn, [a.copy() if isinstance(a, np.ndarray) else a for a in args],
-                                          max(deadline - time.monotonic(), 1e-3))
+            got = _call_with_deadline(_watched(user_fn, refusals, called),
+                                      [a.copy() if isinstance(a, np.ndarray) else a for a in args],
+                                      max(deadline - time.monotonic(), 1e-3))
         except _Forbidden:
             pass
         except _TimeUp:
@@ -84,13 +121,18 @@ def check_function(user_fn: Callable, reference_fn: Callable, cases: Sequence[tu
             if not called:
                 return Verdict(False, f"{name} raised {type(e).__name__}: {e} on case {n + 1}.")
         if called:
-            return Verdict(False, f"{name} calls {called[0]}, tinylm's own implementation: the exercise is to "
-                                  "write it yourself, without it.")
+            whose = ("tinylm's own implementation" if called[0].startswith("tinylm.")
+                     else "a library function that does the exercise for you")
+            return Verdict(False, f"{name} calls {called[0]}, {whose}: the exercise is to write it yourself, "
+                                  "without it.")
         if got is None:
             return Verdict(False, f"{name} returned None; did you forget `return`?")
         got, dtype = _as_numpy(got)
         if got.shape != expected.shape:
             return Verdict(False, f"case {n + 1}: shape {got.shape}, expected {expected.shape}.")
+        if dtype in _SIXTEEN_BITS and expected_dtype not in _SIXTEEN_BITS:
+            return Verdict(False, f"case {n + 1}: {name} returns {dtype} values; compute and return float32 "
+                                  f"or float64 (the reference is {expected_dtype}).")
         floor = _TOLERANCE_FLOOR.get(dtype, 0.0)  # a float32 answer cannot match to 1e-9
         tol_a, tol_r = max(atol, floor), max(rtol, floor)
         if not np.allclose(got, expected, atol=tol_a, rtol=tol_r):

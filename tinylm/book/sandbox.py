@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
-import contextlib
 import ctypes
 import os
 import signal
@@ -11,6 +9,7 @@ import sys
 import threading
 import time
 import types
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 
@@ -67,91 +66,123 @@ class _Forbidden(BaseException):
     Exception, so that `except Exception` in the learner's code cannot swallow it)."""
 
 
-def _forbidden_functions(forbid: Sequence[Any]) -> list[tuple[Any, str, str]]:
-    """(owner, attribute, dotted name) of every function a module defines (its classes' methods too), or of
-    every method a class defines (dunders aside: printing an object stays allowed)."""
-    found = []
+# a class's dunders stay allowed (printing an object is no answer), except the ones that run it
+_RUNS = {"__init__", "__new__", "__call__"}
+
+
+@dataclass
+class _Refusals:
+    """What a learner's function must not call. Python code is matched by where it was written (its file,
+    first line and name), so a reference held anywhere, a name imported into the learner's namespace, and a
+    copy made by `importlib.reload` are all the same function; C functions (torch's built-ins) by identity."""
+
+    files: dict[str, str] = field(default_factory=dict)                 # file -> label: a whole module
+    codes: dict[tuple[str, int, str], str] = field(default_factory=dict)  # (file, line, name) -> label
+    builtins: dict[int, str] = field(default_factory=dict)              # id(C function) -> label
+    keep: list = field(default_factory=list)                            # the C functions, so ids stay theirs
+    pending: list[str] = field(default_factory=list)                    # dotted names of modules not loaded yet
+
+    def label(self, code: types.CodeType) -> str | None:
+        name = code.co_name
+        if name.startswith("__") and name.endswith("__") and name not in _RUNS:
+            return None
+        found = self.codes.get((code.co_filename, code.co_firstlineno, name))
+        module = self.files.get(code.co_filename)
+        return found if found is not None or module is None else f"{module}.{code.co_qualname}"
+
+
+def _code_key(fn: Any) -> tuple[str, int, str]:
+    code = fn.__code__
+    return code.co_filename, code.co_firstlineno, code.co_name
+
+
+def _add(refusals: _Refusals, owner: Any, name: str) -> None:
+    """Refuse `owner`: a module (every function its file defines), a class (its methods), or one function."""
+    if isinstance(owner, types.ModuleType):
+        path = getattr(owner, "__file__", None)
+        if not path:
+            raise ValueError(f"forbid: module {owner.__name__} has no source file to refuse")
+        refusals.files[path] = owner.__name__
+        return
+    if isinstance(owner, type):
+        for attr, value in vars(owner).items():
+            fn = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
+            if isinstance(fn, types.FunctionType) and not (attr.startswith("__") and attr.endswith("__")
+                                                          and attr not in _RUNS):
+                refusals.codes[_code_key(fn)] = f"{name}.{attr}"
+        return
+    fn = getattr(owner, "__func__", owner)
+    if isinstance(fn, types.FunctionType):
+        refusals.codes[_code_key(fn)] = name
+    elif callable(fn):  # a C function: torch.rms_norm, F.scaled_dot_product_attention
+        refusals.builtins[id(fn)] = name
+        refusals.keep.append(fn)
+    else:
+        raise ValueError(f"forbid must list modules, classes or functions (e.g. [tinylm.tokenizer]), got {owner!r}")
+
+
+def _dotted(obj: Any) -> str:
+    module = getattr(obj, "__module__", None) or ""
+    qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
+    return qual if not module or qual.startswith(module + ".") else f"{module}.{qual}"
+
+
+def _forbidden_functions(forbid: Sequence[Any]) -> _Refusals:
+    """The refusals for `forbid`: modules, classes and functions, or dotted names ("transformers.
+    TopPLogitsWarper") of things in packages the learner may not have imported; a name is looked up when
+    its top package is loaded (import it and the next case refuses it), and never imports anything."""
+    refusals = _Refusals()
     for owner in forbid:
-        if isinstance(owner, types.ModuleType):
-            for attr, value in vars(owner).items():
-                if isinstance(value, types.FunctionType) and value.__module__ == owner.__name__:
-                    found.append((owner, attr, f"{owner.__name__}.{attr}"))
-                elif isinstance(value, type) and value.__module__ == owner.__name__:
-                    found += _forbidden_functions([value])
-        elif isinstance(owner, type):
-            for attr, value in vars(owner).items():
-                if (isinstance(value, (types.FunctionType, classmethod, staticmethod))
-                        and not (attr.startswith("__") and attr.endswith("__"))):
-                    found.append((owner, attr, f"{owner.__module__}.{owner.__qualname__}.{attr}"))
+        if isinstance(owner, str):
+            if not all(part.isidentifier() for part in owner.split(".")) or "." not in owner:
+                raise ValueError(f"forbid: {owner!r} is not a dotted name such as 'transformers.TopPLogitsWarper'")
+            refusals.pending.append(owner)
         else:
-            raise ValueError(f"forbid must list modules or classes (e.g. [tinylm.tokenizer]), got {owner!r}")
-    return found
+            _add(refusals, owner, owner.__name__ if isinstance(owner, types.ModuleType) else _dotted(owner))
+    return _resolve(refusals)
 
 
-@contextlib.contextmanager
-def _forbidding(functions: list[tuple[Any, str, str]], namespace: dict, called: list[str]):
-    """While inside, each forbidden function (and any name in `namespace` bound to one, such as a learner's
-    `from tinylm.tokenizer import _merge`) records its name in `called` and raises _Forbidden; put back after."""
-    def refuse(label: str) -> Callable:
-        def refused(*args, **kwargs):
-            called.append(label)
-            raise _Forbidden(label)
-        return refused
-    saved, labels = [], {}
-    for owner, attr, label in functions:
-        value = vars(owner)[attr]
-        labels[id(getattr(value, "__func__", value))] = label
-        saved.append((owner, attr, value))
-    for name, value in list(namespace.items()):
-        label = labels.get(id(getattr(value, "__func__", value)))
-        if label is not None and callable(value):
-            saved.append((namespace, name, value))
-    # a package's re-exports too (`tinylm.attention` is `tinylm.model.attention`): every loaded module of the
-    # forbidden functions' packages that holds one under another name
-    packages = {getattr(owner, "__module__", getattr(owner, "__name__", "")).split(".")[0] for owner, _, _ in functions}
-    done = {(id(owner), attr) for owner, attr, _ in saved}
-    for mod_name, module in list(sys.modules.items()):
-        if module is None or mod_name.split(".")[0] not in packages:
+def _resolve(refusals: _Refusals) -> _Refusals:
+    """`refusals` with each dotted name whose package is loaded looked up and added."""
+    for dotted in list(refusals.pending):
+        parts = dotted.split(".")
+        if parts[0] not in sys.modules:
             continue
-        for attr, value in list(vars(module).items()):
-            if (id(module), attr) not in done and id(getattr(value, "__func__", value)) in labels and callable(value):
-                saved.append((module, attr, value))
-    # and the functions themselves: a reference held elsewhere (`mask = ref.causal_mask`, or the function passed
-    # to the checker as the answer) calls the same function object, so its code is swapped for one that refuses
-    # (functions without closure cells: the code of one with cells cannot be replaced by one without)
-    swapped = []
-    for owner, attr, label in functions:
-        fn = getattr(vars(owner)[attr], "__func__", vars(owner)[attr])
-        if isinstance(fn, types.FunctionType) and not fn.__code__.co_freevars:
-            swapped.append((fn, fn.__code__, _refusing_code(label)))
-    builtins.__tinylm_refuse__ = lambda label: (called.append(label), _raise_forbidden(label))
-    try:
-        for owner, attr, value in saved:
-            label = labels[id(getattr(value, "__func__", value))]
-            if owner is namespace:
-                namespace[attr] = refuse(label)
-            else:
-                setattr(owner, attr, refuse(label))
-        for fn, _, code in swapped:
-            fn.__code__ = code
-        yield
-    finally:
-        for fn, code, _ in swapped:
-            fn.__code__ = code
-        del builtins.__tinylm_refuse__
-        for owner, attr, value in reversed(saved):
-            if owner is namespace:
-                namespace[attr] = value
-            else:
-                setattr(owner, attr, value)
+        value: Any = sys.modules[parts[0]]
+        for part in parts[1:]:
+            value = getattr(value, part, None)
+            if value is None:
+                raise ValueError(f"forbid: {dotted!r} names nothing in the loaded {parts[0]} "
+                                 f"(its version lacks it, or the name is misspelt)")
+        _add(refusals, value, dotted)
+        refusals.pending.remove(dotted)
+    return refusals
 
 
-def _raise_forbidden(label: str):
-    raise _Forbidden(label)
+def _watched(fn: Callable, refusals: _Refusals, called: list[str]) -> Callable:
+    """fn, run under a profile hook that records and refuses (raises _Forbidden at) any call the refusals
+    name, in whichever thread runs it. Code that turns the hook off is refused too."""
+    _resolve(refusals)
 
+    def hook(frame, event, arg):
+        if event == "call":
+            label = refusals.label(frame.f_code)
+        elif event == "c_call":
+            label = refusals.builtins.get(id(arg))
+        else:
+            return
+        if label is not None:
+            called.append(label)
+            raise _Forbidden(label)    # raising here also removes the hook: the call is over
 
-def _refusing_code(label: str) -> types.CodeType:
-    """The code of `def f(*args, **kwargs)` that reports `label` through the hook `_forbidding` sets up."""
-    scope: dict = {}
-    exec(f"def refused(*args, **kwargs):\n    __tinylm_refuse__({label!r})\n", {}, scope)
-    return scope["refused"].__code__
+    def watched(*args):
+        previous = sys.getprofile()
+        sys.setprofile(hook)
+        try:
+            result = fn(*args)
+            if sys.getprofile() is not hook and not called:
+                called.append("sys.setprofile (which turns off the checker's watch)")
+            return result
+        finally:
+            sys.setprofile(previous)
+    return watched
