@@ -36,6 +36,7 @@ import torch
 import torch._dynamo
 
 from .cache import KVCache
+from .inputs import check_forward
 from .model import Block, TinyLM
 from .w8a8 import W8A8Linear
 
@@ -110,7 +111,7 @@ class CompiledDecoder:
         padded = attention_mask is not None and not bool(attention_mask.all())
         if cache is None or targets is not None or padded or idx.shape[1] != 1 or model.training:
             return model(idx, targets, cache, attention_mask)
-        model._check_input(idx, None, cache, attention_mask)          # ids and cache room, here in eager code
+        check_forward(model.cfg, idx, None, cache, attention_mask)    # ids and cache room, here in eager code
         return self._step(idx, cache), None
 
     def _step(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:

@@ -6,7 +6,8 @@
                         x = x + mlp(post_attention_layernorm(x))       SwiGLU
 
 The variants for ablations (LayerNorm or no norm, post-norm, learned or no positions, GELU MLP, biases:
-`Config.norm`, ...) are built by `make_norm` and `make_mlp` from `tinylm.variants`; the defaults are above.
+`Config.norm`, ...) come from `tinylm.variants` (norms and MLPs through `make_norm` and `make_mlp`, post-norm
+as a swap of the blocks); the defaults are above. Input checks: `tinylm.inputs`.
 Module names are Hugging Face's (`q_proj`, `gate_proj`, `input_layernorm`, ...), so a state dict moves
 into `LlamaForCausalLM` / `Qwen3ForCausalLM` with no reshaping (see `tinylm.hf`).
 Shapes: B batch, T time, C = dim, H query heads, Hkv KV heads, D head_dim, V vocab.
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 
 from . import positions, variants
 from ._checks import IGNORE_INDEX
+from .inputs import check_attention_mask, check_forward, check_idx  # noqa: F401 (generate's too)
 from ._loading import check_memory
 from .cache import KVCache
 from .config import Config
@@ -226,65 +228,31 @@ def make_mlp(cfg: Config) -> nn.Module:
 
 
 class Block(nn.Module):
-    """Pre-norm block: normalise, transform, add back to the residual stream.
-    (cfg.norm_placement="post", the original Transformer's: transform, add, then normalise the sum.)"""
+    """Pre-norm block: normalise, transform, add back to the residual stream. (Post-norm, the original
+    Transformer's, is `tinylm.variants.PostNormBlock`, swapped in for cfg.norm_placement="post".)"""
 
     def __init__(self, cfg: Config, layer_idx: int = 0):
         super().__init__()
-        self.post_norm = cfg.norm_placement == "post"
-        if not self.post_norm:
-            self.input_layernorm = make_norm(cfg)
+        self.input_layernorm = make_norm(cfg)
         self.self_attn = Attention(cfg, layer_idx)
         self.post_attention_layernorm = make_norm(cfg)
         if cfg.is_moe_layer(layer_idx):  # chapter 8: a router and n_experts SwiGLU experts
             self.mlp = MoE(cfg, expert=lambda: make_mlp(cfg))
         else:
             self.mlp = make_mlp(cfg)
-        if self.post_norm:               # Gemma 2's name for the norm after the feed-forward
-            self.post_feedforward_layernorm = make_norm(cfg)
         self.dropout = cfg.dropout   # residual dropout, in training only (0: none; no module, nothing drawn)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None,
                 cache: KVCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
-        h = x if self.post_norm else self.input_layernorm(x)
+        h = self.input_layernorm(x)
         # with no pad, the call of an unpadded model: (x, cos, sin, cache), as chapters that wrap it expect
         y = self.self_attn(h, cos, sin, cache) if mask is None else self.self_attn(h, cos, sin, cache, mask)
-        if self.post_norm:                                               # x = norm(x + f(x)), twice
-            x = self.post_attention_layernorm(x + self._drop(y))
-            return self.post_feedforward_layernorm(x + self._drop(self.mlp(x)))
         x = x + self._drop(y)
         x = x + self._drop(self.mlp(self.post_attention_layernorm(x)))
         return x
 
     def _drop(self, y: torch.Tensor) -> torch.Tensor:
         return F.dropout(y, self.dropout, self.training) if self.dropout and self.training else y
-
-
-def check_idx(idx: torch.Tensor, vocab_size: int) -> None:
-    """The rules for token ids, shared by `TinyLM.forward` and `generate`: a (B, T) torch.long tensor of
-    ids in [0, vocab_size). ValueError otherwise, saying what to change."""
-    if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
-        shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
-        raise ValueError(f"idx must be a (batch, time) tensor of token ids, got shape {shape}; "
-                         "add a batch dimension with idx[None] for a single sequence")
-    if idx.dtype != torch.long:
-        raise ValueError(f"idx must hold integer token ids as torch.long, got dtype {idx.dtype}; "
-                         "convert with idx.long()")
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, vocab_size={vocab_size}), got range "
-                         f"[{int(idx.min())}, {int(idx.max())}]")
-
-
-def check_attention_mask(attention_mask: torch.Tensor, shape: tuple[int, int]) -> None:
-    """The rules for a padding mask: a (B, S) tensor of bools or 0/1 ints, S counting cached positions too."""
-    if not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != tuple(shape):
-        got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__
-        raise ValueError(f"attention_mask must be a tensor of shape (batch, cached + new positions) = {tuple(shape)}, "
-                         f"got {got}; with a cache, pass the mask of every position so far")
-    if attention_mask.dtype != torch.bool and (attention_mask.is_floating_point() or attention_mask.is_complex()
-                                               or ((attention_mask != 0) & (attention_mask != 1)).any()):
-        raise ValueError(f"attention_mask must hold True/1 at real tokens and False/0 at pads, got dtype "
-                         f"{attention_mask.dtype}; use a bool or integer tensor of 0s and 1s")
 
 
 class TinyLM(nn.Module):
@@ -302,8 +270,9 @@ class TinyLM(nn.Module):
         # GPT-2's learned absolute positions: one vector per position, added to the token's
         self.embed_positions = nn.Embedding(cfg.max_seq_len, cfg.dim) if cfg.positions == "learned" else None
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
-        # post-norm: the last block's output is already normalised
-        self.norm = make_norm(cfg) if cfg.norm_placement == "pre" else nn.Identity()
+        self.norm = make_norm(cfg)
+        if cfg.norm_placement == "post":
+            variants.use_post_norm(self)  # each block's parts rearranged; no final norm
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_base) if cfg.positions == "rope" else (None,) * 2
         self.register_buffer("cos", cos, persistent=False)  # (max_seq_len, D), rebuilt, never saved; None: no RoPE
@@ -360,7 +329,7 @@ class TinyLM(nn.Module):
         With experts (cfg.n_experts > 0) the loss includes cfg.mlp_aux_weight x the mean load-balancing
         loss of the MoE layers, kept as `last_aux_loss`.
         """
-        self._check_input(idx, targets, cache, attention_mask)
+        check_forward(self.cfg, idx, targets, cache, attention_mask)
         x = self.embed_tokens(idx)                                       # (B, T, C)
         start, T = (cache.pos if cache is not None else 0), idx.shape[1]
         mask = cos = sin = None                                          # cos, sin None: no RoPE
@@ -394,36 +363,6 @@ class TinyLM(nn.Module):
                                               if isinstance(layer.mlp, MoE)]).mean()
             loss = loss + self.cfg.mlp_aux_weight * self.last_aux_loss
         return logits, loss
-
-    def _check_input(self, idx, targets, cache, attention_mask) -> None:
-        check_idx(idx, self.cfg.vocab_size)
-        start = cache.pos if cache is not None else 0
-        if attention_mask is not None:
-            check_attention_mask(attention_mask, (idx.shape[0], start + idx.shape[1]))
-        if start + idx.shape[1] > self.cfg.max_seq_len:
-            raise ValueError(f"sequence length {start + idx.shape[1]} exceeds max_seq_len "
-                             f"({self.cfg.max_seq_len}); crop idx or build the model with a larger max_seq_len")
-        if cache is not None and start + idx.shape[1] > cache.max_len:
-            raise ValueError(f"the KV cache holds {cache.max_len} positions, {start + idx.shape[1]} needed; "
-                             "make the cache with a larger max_len")
-        if cache is not None:
-            n_layers, batch, kv_heads, _, head_dim = cache.k.shape
-            have, want = (n_layers, batch, kv_heads, head_dim), (self.cfg.n_layers, idx.shape[0],
-                                                                 self.cfg.n_kv_heads, self.cfg.head_dim)
-            if have != want:
-                raise ValueError(f"the KV cache is for (layers, batch, KV heads, head_dim) = {have}, this call "
-                                 f"needs {want}; make it with model.new_cache({idx.shape[0]})")
-        if targets is not None:
-            if not isinstance(targets, torch.Tensor) or targets.shape != idx.shape:
-                shape = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
-                raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {shape}")
-            if targets.dtype != torch.long:
-                raise ValueError(f"targets must hold token ids as torch.long, got dtype {targets.dtype}; "
-                                 "convert with targets.long()")
-            outside = (targets != IGNORE_INDEX) & ((targets < 0) | (targets >= self.cfg.vocab_size))
-            if bool(outside.any()):
-                raise ValueError(f"targets must be token ids in [0, vocab_size={self.cfg.vocab_size}) or "
-                                 f"{IGNORE_INDEX} (ignored), got {int(targets[outside][0])}")
 
     def set_explicit_attention(self, explicit: bool = True) -> "TinyLM":
         """Switch every layer to the step-by-step attention path (same numbers, slower)."""

@@ -1,4 +1,4 @@
-"""The other blocks, for ablations: LayerNorm or no norm, the GELU MLP, and the check for Llama-only code.
+"""The other blocks, for ablations: LayerNorm or no norm, the GELU MLP, post-norm, and the check for Llama-only code.
 
     field             tinylm (Llama/Qwen3)    the variants
     norm              "rmsnorm"               "layernorm" (GPT-2; a bias with cfg.bias), "none"
@@ -60,6 +60,39 @@ def gelu_ffn_dim(dim: int, swiglu_ffn_dim: int, bias: bool = False) -> int:
         raise ValueError(f"a GELU MLP matches a SwiGLU of hidden width {swiglu_ffn_dim} only for an even width "
                          f"(F' = 3 F / 2); use swiglu_ffn_dim={swiglu_ffn_dim + 1}")
     return 3 * swiglu_ffn_dim // 2
+
+
+class PostNormBlock(nn.Module):
+    """The original Transformer's block (Vaswani et al., 2017): transform, add, then normalise the sum,
+    x = norm(x + f(x)) twice, so the residual stream itself is normalised. Built from a pre-norm block's own
+    parts (its attention, MLP and two norms: the input norm becomes the one after the feed-forward, Gemma 2's
+    name for it), so the weights are drawn as a pre-norm model's would be."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.self_attn = block.self_attn
+        self.post_attention_layernorm = block.post_attention_layernorm
+        self.mlp = block.mlp
+        self.post_feedforward_layernorm = block.input_layernorm
+        self.dropout = block.dropout   # residual dropout, in training only, as the pre-norm block's
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None,
+                cache=None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        y = self.self_attn(x, cos, sin, cache) if mask is None else self.self_attn(x, cos, sin, cache, mask)
+        x = self.post_attention_layernorm(x + self._drop(y))                    # (B, T, C)
+        return self.post_feedforward_layernorm(x + self._drop(self.mlp(x)))
+
+    def _drop(self, y: torch.Tensor) -> torch.Tensor:
+        return F.dropout(y, self.dropout, self.training) if self.dropout and self.training else y
+
+
+def use_post_norm(model: nn.Module) -> nn.Module:
+    """Swap a freshly built model's pre-norm blocks for post-norm ones, and its final norm for nothing (the
+    last block's output is normalised already). `TinyLM` calls it for cfg.norm_placement="post"."""
+    for i, block in enumerate(model.layers):
+        model.layers[i] = PostNormBlock(block)
+    model.norm = nn.Identity()
+    return model
 
 
 LLAMA_BLOCK = {"norm": "rmsnorm", "norm_placement": "pre", "positions": "rope", "mlp": "swiglu", "bias": False}
