@@ -325,3 +325,16 @@ def test_smollm2_streams_what_it_asks_and_keeps_chatml_specials_out_of_messages(
     streamed = "".join(session.stream("What is the capital of France?")).strip()
     assert streamed == ChatSession(model, tok, max_new_tokens=24, temperature=0).ask("What is the capital of France?")
     assert "Paris" in streamed
+
+
+def test_auto_format_is_q4_where_the_widths_allow_it_else_int8():
+    fits = random_model(Config(vocab_size=64, dim=64, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=96,
+                               max_seq_len=16))
+    narrow = random_model(Config(vocab_size=64, dim=48, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=96,
+                                 max_seq_len=16))                    # 48 is no multiple of Q4_1's 32
+    assert chat_module.pick_format(fits, "auto") == "q4"
+    assert chat_module.pick_format(narrow, "auto") == "int8"
+    assert chat_module.pick_format(narrow, "fp32") == "fp32"
+    assert chat_module.build_parser().parse_args([]).format == "auto"
+    from tinylm.quantize import quantize
+    quantize(fits, "q4")                                             # what auto chose works
