@@ -436,11 +436,14 @@ def test_heap_merging_equals_the_textbook_loop_on_long_pieces(tok, piece):
 def test_encoding_time_grows_linearly_on_text_without_spaces(tok):
     """One piece of n letters: the heap merges in O(n log n); rescanning after each merge took O(n^2)."""
     letters = re.sub(r"[^A-Za-z]", "", TEXT)
-    seconds = {}
-    for n in (20_000, 80_000):
-        s = (letters * (n // len(letters) + 1))[:n]
-        seconds[n] = min(_timed(lambda: tok.encode(s)) for _ in range(2))
-    assert seconds[80_000] / seconds[20_000] < 8                            # 4x the text; quadratic: 16x
+    texts = {n: (letters * (n // len(letters) + 1))[:n] for n in (20_000, 160_000)}
+    seconds = {n: float("inf") for n in texts}
+    for _ in range(3):                  # interleaved, the least of three: a busy machine slows both alike
+        for n, s in texts.items():
+            seconds[n] = min(seconds[n], _timed(lambda: tok.encode(s)))
+    # 8x the text: n log n takes about 9x the time, quadratic 64x; the bound leaves room for a loaded machine
+    # (4x the text at the bound 8 failed once at 11x, beside the browser tests)
+    assert seconds[160_000] / seconds[20_000] < 32
 
 
 def _timed(fn) -> float:
