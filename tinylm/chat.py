@@ -41,7 +41,7 @@ from .generate import _check_temperature, _check_top_k, _check_top_p, generate, 
 from .lora import adapter_chain, load_adapter, remove_lora
 from .model import TinyLM
 from .pretrained import load_gguf, smollm2_gguf_path
-from .quantize import quantize
+from .quantize import FORMATS as QUANTIZED, quantize
 from .tokenizer import BPETokenizer
 
 ROLES = COURSE.roles  # ("user", "assistant")
@@ -323,7 +323,7 @@ def check_flags(args: argparse.Namespace) -> int:
     return context
 
 
-FORMATS = ("fp32", "bf16", "int8", "w8a8", "q4")
+FORMATS = ("fp32", *QUANTIZED)                   # the model as loaded, and what `quantize` makes
 
 
 def pick_format(model: TinyLM, asked: str) -> str:

@@ -39,7 +39,8 @@ import torch
 
 from ._checks import check_bool, check_int, check_number
 from .fast import compiled_forward
-from .model import TinyLM, check_attention_mask, check_idx
+from .inputs import check_attention_mask, check_idx
+from .model import TinyLM
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from ._checks import check_int, check_number, check_one_of
-from ._loading import unique_keys
+from ._loading import read_json, unique_keys
 from .config import Config
 from .model import TinyLM
 from .params import count_params
@@ -397,9 +397,10 @@ def _start_of(path: Path) -> tuple[str, str | None] | None:
     summary = path.parent / "summary.json"
     if summary.is_file():
         try:
-            named = json.loads(summary.read_text()).get("start_adapter")
-        except (ValueError, AttributeError, RecursionError):
+            run = read_json(summary, "a fine-tuning run's summary.json")
+        except ValueError:                      # not the run's summary: no start named
             return None
+        named = run.get("start_adapter") if isinstance(run, dict) else None
         if isinstance(named, str) and named:
             return named, None
     return None
@@ -411,7 +412,7 @@ def adapter_chain(path: str | Path, max_depth: int = 8) -> list[Path]:
     is looked up from the working folder, then from the folder that holds the tinylm package (where the
     course's shipped runs name theirs); a missing start, or one whose bytes changed, is a ValueError."""
     chain, path = [], Path(path)
-    while path is not None:
+    while True:
         read_adapter_config(path)
         chain.insert(0, path)
         if len(chain) > max_depth:

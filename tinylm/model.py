@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from . import positions, variants
 from ._checks import IGNORE_INDEX
-from .inputs import check_attention_mask, check_forward, check_idx  # noqa: F401 (generate's too)
+from .inputs import check_forward
 from ._loading import check_memory
 from .cache import KVCache
 from .config import Config

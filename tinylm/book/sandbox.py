@@ -70,6 +70,10 @@ class _Forbidden(BaseException):
 _RUNS = {"__init__", "__new__", "__call__"}
 
 
+def _allowed_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__") and name not in _RUNS
+
+
 @dataclass
 class _Refusals:
     """What a learner's function must not call. Python code is matched by where it was written (its file,
@@ -84,7 +88,7 @@ class _Refusals:
 
     def label(self, code: types.CodeType) -> str | None:
         name = code.co_name
-        if name.startswith("__") and name.endswith("__") and name not in _RUNS:
+        if _allowed_dunder(name):
             return None
         found = self.codes.get((code.co_filename, code.co_firstlineno, name))
         module = self.files.get(code.co_filename)
@@ -107,8 +111,7 @@ def _add(refusals: _Refusals, owner: Any, name: str) -> None:
     if isinstance(owner, type):
         for attr, value in vars(owner).items():
             fn = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
-            if isinstance(fn, types.FunctionType) and not (attr.startswith("__") and attr.endswith("__")
-                                                          and attr not in _RUNS):
+            if isinstance(fn, types.FunctionType) and not _allowed_dunder(attr):
                 refusals.codes[_code_key(fn)] = f"{name}.{attr}"
         return
     fn = getattr(owner, "__func__", owner)
@@ -129,8 +132,9 @@ def _dotted(obj: Any) -> str:
 
 def _forbidden_functions(forbid: Sequence[Any]) -> _Refusals:
     """The refusals for `forbid`: modules, classes and functions, or dotted names ("transformers.
-    TopPLogitsWarper") of things in packages the learner may not have imported; a name is looked up when
-    its top package is loaded (import it and the next case refuses it), and never imports anything."""
+    TopPLogitsWarper") of things in packages the learner may not have imported; a name is looked up only
+    once its top package is loaded (import it and the next case refuses it), so the checker never loads a
+    package the learner did not (the lookup itself may load a submodule of one, as a lazy package does)."""
     refusals = _Refusals()
     for owner in forbid:
         if isinstance(owner, str):
