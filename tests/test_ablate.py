@@ -43,13 +43,15 @@ def fake_runs(monkeypatch):
     """ablate.run without training: val bpb = 2 + |log2(lr / best)| / 10 + seed / 100; 'nope' at 6e-3 diverges."""
     calls = []
 
-    def run(variant, lr, seed, minutes, texts, cache, peak, base=""):
+    def run(variant, lr, seed, minutes, texts, cache, peak, base="", steps=None):
         calls.append((variant, lr, seed))
         best = {"base": 3e-3, "nope": 6e-3, "kv1": 1.5e-3}[variant]
+        head = {"variant": variant, "lr": lr, "seed": seed, "minutes": minutes,
+                **({"steps_budget": steps} if steps else {})}
         if variant == "nope" and lr == 6e-3:
-            return {"variant": variant, "lr": lr, "seed": seed, "minutes": minutes, "val_bpb": None, "diverged": "x"}
+            return {**head, "val_bpb": None, "diverged": "x"}
         bpb = 2 + abs(lr / best - 1) / 10 + seed / 100 + (variant == "kv1") * 0.5
-        return {"variant": variant, "lr": lr, "seed": seed, "minutes": minutes, "params": 1000, "val_bpb": bpb}
+        return {**head, "params": 1000, "val_bpb": bpb}
 
     monkeypatch.setattr(ablate, "run", run)
     fake_run_start(monkeypatch, sweep)
@@ -130,3 +132,51 @@ def test_the_log_read_for_the_chapter_mean_spread_and_the_two_standard_error_rul
         ablations.grid_of(rows + [{**rows[0], "minutes": 2.0}])
     with pytest.raises(ValueError, match="no scores for gelu"):
         ablations.difference(ablations.results(rows, ["gelu"], [1e-3], [0], 1.0)["gelu"], base)
+
+
+def test_a_steps_budget_runs_each_variant_at_the_rate_another_log_chose_and_a_paired_p_value(fake_runs, tmp_path,
+                                                                                          capsys):
+    grid_log = tmp_path / "grid.log"
+    assert ablate.main(["--variants", "base", "nope", "kv1", "--minutes", "0.5", "--log", str(grid_log)]) == 0
+    fake_runs.clear()
+    log = tmp_path / "steps.log"
+    args = ["--variants", "base", "kv1", "--steps", "300", "--lr-from", str(grid_log), "--seeds", "0", "1", "2",
+            "--log", str(log)]
+    assert ablate.main(args) == 0
+    # one rate per variant, the grid log's choice: no grid
+    assert fake_runs == [("base", 3e-3, 0), ("kv1", 1.5e-3, 0), ("base", 3e-3, 1), ("base", 3e-3, 2),
+                         ("kv1", 1.5e-3, 1), ("kv1", 1.5e-3, 2)]
+    rows = ablate.read_log(log)
+    assert {r["steps_budget"] for r in rows} == {300} and {r["minutes"] for r in rows} == {None}
+    assert ablations.grid_of(rows)[3] == "300 steps"
+    text = log.read_text()
+    assert "after 300 steps" in text
+    kv1_line = next(line for line in text.splitlines() if line.startswith("# kv1"))
+    assert kv1_line.split()[-1] == "0.000"          # kv1 - base = 0.5 at every seed: no spread, p = 0
+    fake_runs.clear()
+    assert ablate.main(args) == 0 and fake_runs == []   # resumed by budget: nothing again
+    for bad in (["--steps", "0"], ["--steps", "10", "--minutes", "1"]):
+        with pytest.raises(SystemExit):
+            ablate.main(["--variants", "base", *bad, "--log", str(tmp_path / "y.log")])
+    with pytest.raises(SystemExit):
+        ablate.main(["--variants", "gelu", "--steps", "10", "--lr-from", str(grid_log), "--log",
+                     str(tmp_path / "z.log")])
+    assert "chose no rate for ['gelu']" in capsys.readouterr().err
+
+
+def test_paired_differences_seed_by_seed_and_the_test_they_need():
+    rows = [{"variant": v, "lr": 1e-3, "seed": s, "minutes": None, "steps_budget": 100, "params": 10,
+             "val_bpb": bpb}
+            for v, s, bpb in [("base", 0, 2.0), ("base", 1, 2.3), ("base", 2, 2.1),
+                              ("nope", 0, 2.05), ("nope", 1, 2.36), ("nope", 2, 2.14), ("kv1", 0, 2.0)]]
+    found = ablations.results(rows, ["base", "nope", "kv1"], [1e-3], [0, 1, 2], ablations.steps_budget(100))
+    base, nope, kv1 = found.values()
+    assert nope.seeds == (0, 1, 2)
+    pair = ablations.paired(nope, base)
+    assert pair.deltas == pytest.approx((0.05, 0.06, 0.04)) and pair.delta == pytest.approx(0.05)
+    # unpaired, the base's spread (sd 0.15) hides +0.05; paired, the seeds' shared batches cancel
+    assert not ablations.difference(nope, base).exceeds and pair.holds()
+    t = 0.05 / (0.01 / 3 ** 0.5)                     # mean over sd / sqrt(n); df 2: p = 1 - t / sqrt(2 + t^2)
+    assert pair.test.t == pytest.approx(t) and pair.test.p == pytest.approx(1 - t / (2 + t * t) ** 0.5)
+    with pytest.raises(ValueError, match="share 1 seed"):
+        ablations.paired(kv1, base)

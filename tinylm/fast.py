@@ -119,9 +119,7 @@ class CompiledDecoder:
         model, device = self.model, idx.device
         where = torch.tensor([cache.pos], device=device)                         # (1,) this token's slot
         mask = (torch.arange(cache.max_len, device=device) <= cache.pos)[None, None, None]   # (1, 1, 1, L)
-        x = model.embed_tokens(idx)                                               # (B, 1, C)
-        if model.embed_positions is not None:                                    # learned positions (GPT-2)
-            x = x + model.embed_positions(where)
+        x = model.embed_tokens(idx, where)                                        # (B, 1, C) at slot where
         cos = sin = None                                                          # None: no RoPE
         if model.cos is not None:
             cos = model.cos.index_select(0, where).to(x.dtype)                   # (1, D)

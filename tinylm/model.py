@@ -6,8 +6,9 @@
                         x = x + mlp(post_attention_layernorm(x))       SwiGLU
 
 The variants for ablations (LayerNorm or no norm, post-norm, learned or no positions, GELU MLP, biases:
-`Config.norm`, ...) come from `tinylm.variants` (norms and MLPs through `make_norm` and `make_mlp`, post-norm
-as a swap of the blocks); the defaults are above. Input checks: `tinylm.inputs`.
+`Config.norm`, ...) come from `tinylm.variants`: norms and MLPs through `make_norm` and `make_mlp`, post-norm
+and GPT-2's learned positions as module swaps (of the blocks; of `embed_tokens`, which is why `Embedding` is
+handed each token's position); no positions is no RoPE. The defaults are above. Input checks: `tinylm.inputs`.
 Module names are Hugging Face's (`q_proj`, `gate_proj`, `input_layernorm`, ...), so a state dict moves
 into `LlamaForCausalLM` / `Qwen3ForCausalLM` with no reshaping (see `tinylm.hf`).
 Shapes: B batch, T time, C = dim, H query heads, Hkv KV heads, D head_dim, V vocab.
@@ -255,6 +256,14 @@ class Block(nn.Module):
         return F.dropout(y, self.dropout, self.training) if self.dropout and self.training else y
 
 
+class Embedding(nn.Embedding):
+    """nn.Embedding, called with the tokens' positions too, which it leaves alone (RoPE brings positions in,
+    in attention); GPT-2's learned positions add a vector per position (`tinylm.variants.LearnedPositions`)."""
+
+    def forward(self, idx: torch.Tensor, pos: torch.Tensor | None = None) -> torch.Tensor:
+        return super().forward(idx)                                  # (B, T) -> (B, T, C)
+
+
 class TinyLM(nn.Module):
     """Token ids (B, T) -> logits (B, T, V): embedding, n_layers pre-norm blocks, final norm, output head."""
 
@@ -266,9 +275,9 @@ class TinyLM(nn.Module):
             raise ValueError(f"TinyLM needs a tinylm.Config, got {type(cfg).__name__}")
         check_memory("TinyLM(cfg)", cfg, max_bytes, weights=torch.get_default_device().type != "meta")
         self.cfg = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
-        # GPT-2's learned absolute positions: one vector per position, added to the token's
-        self.embed_positions = nn.Embedding(cfg.max_seq_len, cfg.dim) if cfg.positions == "learned" else None
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.dim)
+        if cfg.positions == "learned":
+            variants.use_learned_positions(self)  # GPT-2: a learned vector per position, added to the token's
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.norm = make_norm(cfg)
         if cfg.norm_placement == "post":
@@ -330,14 +339,12 @@ class TinyLM(nn.Module):
         loss of the MoE layers, kept as `last_aux_loss`.
         """
         check_forward(self.cfg, idx, targets, cache, attention_mask)
-        x = self.embed_tokens(idx)                                       # (B, T, C)
         start, T = (cache.pos if cache is not None else 0), idx.shape[1]
         mask = cos = sin = None                                          # cos, sin None: no RoPE
         padded = attention_mask is not None and not bool(attention_mask.all())
-        pos = position_ids(attention_mask)[:, start:] if padded else None  # (B, T) left padding: per row
-        if self.embed_positions is not None:                             # learned positions (GPT-2)
-            rows = pos if padded else torch.arange(start, start + T, device=idx.device)  # (B, T) or (T,)
-            x = x + self.embed_positions(rows)                           # (B, T, C)
+        # the positions of these T tokens: (B, T) per row with left padding, else (T,) for every row
+        pos = position_ids(attention_mask)[:, start:] if padded else torch.arange(start, start + T, device=idx.device)
+        x = self.embed_tokens(idx, pos)                                  # (B, T, C)
         if self.cos is not None and not padded:                          # no pad: every row at start ...
             cos = self.cos[start : start + T].to(x.dtype)                # (T, D) the RoPE angles of these
             sin = self.sin[start : start + T].to(x.dtype)                #        positions, cast once per call

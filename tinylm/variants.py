@@ -1,4 +1,5 @@
-"""The other blocks, for ablations: LayerNorm or no norm, the GELU MLP, post-norm, and the check for Llama-only code.
+"""The other blocks, for ablations: LayerNorm or no norm, the GELU MLP, post-norm, learned positions, and the check
+for Llama-only code.
 
     field             tinylm (Llama/Qwen3)    the variants
     norm              "rmsnorm"               "layernorm" (GPT-2; a bias with cfg.bias), "none"
@@ -8,8 +9,9 @@
     bias              False                   True: biases in every attention and MLP linear (GPT-2)
 
 GPT-2 (Radford et al., 2019) is layernorm + pre + learned + gelu + bias with a tied head: the same logits as
-`transformers`' GPT2LMHeadModel on the same weights (tests/test_variants.py). `tinylm.model` builds these
-pieces through `make_norm` and `make_mlp`, as it builds experts for `tinylm.moe`; this file knows nothing of
+`transformers`' GPT2LMHeadModel on the same weights (tests/test_variants.py). `tinylm.model` builds the norms
+and MLPs through `make_norm` and `make_mlp`, as it builds experts for `tinylm.moe`, and swaps in post-norm
+(`use_post_norm`) and learned positions (`use_learned_positions`) once built; this file knows nothing of
 `tinylm.model`. Shapes: B batch, T time, C = dim, F = ffn_dim.
 """
 
@@ -92,6 +94,37 @@ def use_post_norm(model: nn.Module) -> nn.Module:
     for i, block in enumerate(model.layers):
         model.layers[i] = PostNormBlock(block)
     model.norm = nn.Identity()
+    return model
+
+
+class LearnedPositions(nn.Embedding):
+    """GPT-2's input: a token's vector plus its position's, wte[idx] + wpe[pos], both learned (Radford et al.,
+    2019). It takes over a model's token embedding (its very weight: a tied head stays tied, the state-dict key
+    stays 'embed_tokens.weight') and reads `positions`, the model's (max_seq_len, C) table, which the model
+    registers, not this module: its key stays 'embed_positions.weight'."""
+
+    def __init__(self, tokens: nn.Embedding, positions: nn.Embedding):
+        super().__init__(tokens.num_embeddings, tokens.embedding_dim, _weight=tokens.weight)  # nothing drawn
+        self.weight = tokens.weight
+        self.__dict__["positions"] = positions   # held, not registered (or its weight would be saved twice)
+
+    def forward(self, idx: torch.Tensor, pos: torch.Tensor | None = None) -> torch.Tensor:
+        """idx (B, T) token ids at positions pos: (T,) for every row, or (B, T) each row's own (a left-padded
+        batch counts a row's real tokens only); None: 0 ... T-1."""
+        if pos is None:
+            pos = torch.arange(idx.shape[-1], device=idx.device)
+        return super().forward(idx) + self.positions(pos)                        # (B, T, C)
+
+
+def use_learned_positions(model: nn.Module) -> nn.Module:
+    """Give a model being built GPT-2's learned absolute positions: a (max_seq_len, C) table registered as
+    `model.embed_positions`, and the token embedding swapped for a `LearnedPositions` reading it; the forward
+    pass hands the embedding each token's position. `TinyLM` calls it for cfg.positions="learned" right after
+    its token embedding, before the blocks: the table is drawn, initialised and saved next after the token
+    embedding, as GPT-2's wpe after its wte."""
+    tokens = model.embed_tokens
+    model.embed_positions = nn.Embedding(model.cfg.max_seq_len, tokens.embedding_dim)
+    model.embed_tokens = LearnedPositions(tokens, model.embed_positions)
     return model
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sweep  # noqa: E402  (puts the repository on sys.path)
 
-from tinylm.ablations import best_lr, difference, find, results  # noqa: E402
+from tinylm.ablations import best_lr, difference, find, grid_of, paired, results, steps_budget  # noqa: E402
 from tinylm.runlog import read_log  # noqa: E402
 from tinylm.train import TrainingDiverged  # noqa: E402
 
@@ -51,37 +51,58 @@ def run_name(variant: str, lr: float, seed: int, base: str = "") -> str:
     return f"{base}{fields}+lr={lr!r}+min_lr={lr / 10:.6g}+seed={seed}"
 
 
-def run(variant: str, lr: float, seed: int, minutes: float, texts: dict, cache: Path, peak: float,
-        base: str = "") -> dict:
-    """One run as a log row; a diverged run has val_bpb None and the error."""
+def run(variant: str, lr: float, seed: int, minutes: float | None, texts: dict, cache: Path, peak: float,
+        base: str = "", steps: int | None = None) -> dict:
+    """One run as a log row; a diverged run has val_bpb None and the error. With steps (and minutes None) the
+    run is that many optimizer steps, logged as "steps_budget"."""
     head = {"variant": variant, "lr": lr, "seed": seed, "minutes": minutes, "base": base,
-            "changes": variant_changes(variant, base)}
+            "changes": variant_changes(variant, base), **({"steps_budget": steps} if steps else {})}
     try:
-        row = sweep.run_one(run_name(variant, lr, seed, base), minutes, texts, cache, peak)
+        row = sweep.run_one(run_name(variant, lr, seed, base), minutes, texts, cache, peak, steps)
     except TrainingDiverged as e:
         return {**head, "val_bpb": None, "diverged": str(e).splitlines()[0]}
     return {**head, **row, "load": round(os.getloadavg()[0], 1)}
 
 
-def summary(rows: list[dict], variants: list[str], lrs: list[float], seeds: list[int], minutes: float) -> str:
+def chosen_rates(rows: list[dict], variants: list[str], base: str = "") -> dict[str, list[float]]:
+    """Each variant's rate chosen in another ablation log (its best at that log's first seed), as a grid of one."""
+    rows = [r for r in rows if r.get("base", "") == base]
+    if not rows:
+        raise ValueError(f"--lr-from has no runs of the base {base!r}: give a log of the same --base")
+    names, lrs, seeds, budget = grid_of(rows)
+    found = results(rows, names, lrs, seeds, budget)
+    missing = [v for v in variants if v not in found or found[v].lr is None]
+    if missing:
+        raise ValueError(f"--lr-from chose no rate for {missing}: run them in that log first, or leave them out")
+    return {v: [found[v].lr] for v in variants}
+
+
+def budget_words(budget: float | str) -> str:
+    return budget if isinstance(budget, str) else f"{budget:g} min"
+
+
+def summary(rows: list[dict], variants: list[str], lrs: list[float], seeds: list[int], budget: float | str) -> str:
     """Mean, sample standard deviation and range of val bpb over the seeds at each variant's chosen rate, and
-    its difference to base ('*': |delta| > 2 standard errors of the difference, tinylm.ablations' rule)."""
+    its difference to base ('*': |delta| > 2 standard errors of the difference, tinylm.ablations' rule), with
+    the paired t-test's p-value over the seeds both ran."""
     head = (f"{'variant':11s} {'params':>9s} {'lr':>7s} {'seeds':>5s} {'mean bpb':>8s} {'sd':>6s} {'min':>6s} "
-            f"{'max':>6s} {'vs base':>7s}")
-    lines = [f"val bits per byte after {minutes:g} min; lr grid {', '.join(f'{lr:g}' for lr in lrs)}, "
+            f"{'max':>6s} {'vs base':>7s} {'paired p':>8s}")
+    lines = [f"val bits per byte after {budget_words(budget)}; lr grid {', '.join(f'{lr:g}' for lr in lrs)}, "
              f"chosen at seed {seeds[0]}; seeds {', '.join(map(str, seeds))}", head, "-" * len(head)]
-    found = results(rows, variants, lrs, seeds, minutes)
+    found = results(rows, variants, lrs, seeds, budget)
     base = found.get("base")
     for v, res in found.items():
         if not res.scores:
             lines.append(f"{v:11s} {'':>9s} {'':>7s} {0:>5} diverged or not run")
             continue
-        delta = ""
+        delta = p_value = ""
         if base is not None and base.scores and v != "base":
             d = difference(res, base)
             delta = f"{d.delta:+7.3f}" + (" *" if d.exceeds else "")
+            if len(set(res.seeds) & set(base.seeds)) >= 2:
+                p_value = f"{paired(res, base).test.p:.3f}"
         lines.append(f"{v:11s} {res.params:>9,} {res.lr:>7g} {len(res.scores):>5} {res.mean:>8.3f} {res.sd:>6.3f} "
-                     f"{min(res.scores):>6.3f} {max(res.scores):>6.3f} {delta:>7s}")
+                     f"{min(res.scores):>6.3f} {max(res.scores):>6.3f} {delta:>7s} {p_value:>8s}")
     return "\n".join(lines)
 
 
@@ -94,30 +115,42 @@ def main(argv: list[str] | None = None) -> int:
                    help="seeds; the grid runs at the first (default %(default)s)")
     p.add_argument("--base", default="", help="the base model as a sweep name (CONFIGS names and field=value "
                    "joined by +, e.g. d128x4+n_kv_heads=2+b8); default tools/sweep.py's BASE_MODEL")
-    p.add_argument("--minutes", type=float, default=3.0, help="wall-clock budget of each run (default 3)")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=float, help="wall-clock budget of each run (default 3)")
+    budget.add_argument("--steps", type=int, help="a budget of optimizer steps instead: every run the same "
+                        "tokens, whatever the load")
+    p.add_argument("--lr-from", type=Path, help="another ablation log: each variant runs only at the rate chosen "
+                   "there (its best at that log's first seed), no grid")
     sweep.resumable_arguments(p, threads=2)
     args = p.parse_args(argv)
     unknown = [v for v in args.variants if v not in sweep.VARIANTS]
     if unknown:
         p.error(f"unknown variant(s) {unknown}; choose from {list(sweep.VARIANTS)}")
-    if args.minutes <= 0 or any(lr <= 0 for lr in args.lrs) or len(set(args.seeds)) != len(args.seeds):
-        p.error("--minutes and every --lrs must be positive, and --seeds distinct")
+    if args.steps is None and args.minutes is None:
+        args.minutes = 3.0
+    if ((args.minutes is not None and args.minutes <= 0) or (args.steps is not None and args.steps < 1)
+            or any(lr <= 0 for lr in args.lrs) or len(set(args.seeds)) != len(args.seeds)):
+        p.error("--minutes, --steps and every --lrs must be positive, and --seeds distinct")
+    budget = args.minutes if args.steps is None else steps_budget(args.steps)
     try:
         if args.base:
             sweep.configuration(args.base, 1.0)
         # this base's runs only
         rows = [r for r in read_log(args.log, missing_ok=True) if r.get("base", "") == args.base]
+        rates = {v: args.lrs for v in args.variants}
+        if args.lr_from:
+            rates = chosen_rates(read_log(args.lr_from), args.variants, args.base)
     except ValueError as e:
         p.error(str(e))
     first, rest = args.seeds[0], args.seeds[1:]
-    grid = [(v, lr, first) for v in args.variants for lr in args.lrs]
-    todo = [r for r in grid if not find(rows, *r, args.minutes)]
+    grid = [(v, lr, first) for v in args.variants for lr in rates[v]]
+    todo = [r for r in grid if not find(rows, *r, budget)]
     if args.dry_run:
-        lrs = {v: best_lr(rows, v, args.lrs, first, args.minutes) for v in args.variants}
-        later = sum(len(rest) if lr is None else sum(not find(rows, v, lr, s, args.minutes) for s in rest)
+        lrs = {v: best_lr(rows, v, rates[v], first, budget) for v in args.variants}
+        later = sum(len(rest) if lr is None else sum(not find(rows, v, lr, s, budget) for s in rest)
                     for v, lr in lrs.items())
         print(f"{len(todo)} of {len(grid)} grid runs to do, then at most {later} runs of the other seeds at the "
-              f"best rates: at most {(len(todo) + later) * args.minutes:g} minutes of training, plus scoring")
+              f"best rates: {len(todo) + later} runs of {budget_words(budget)}, plus scoring")
         for r in todo:
             print("  ", run_name(*r, args.base))
         return 0
@@ -125,9 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     with log:
 
         def do(variant: str, lr: float, seed: int) -> None:
-            if find(rows, variant, lr, seed, args.minutes):
+            if find(rows, variant, lr, seed, budget):
                 return
-            row = run(variant, lr, seed, args.minutes, texts, args.cache, peak, args.base)
+            row = run(variant, lr, seed, args.minutes, texts, args.cache, peak, args.base, args.steps)
             rows.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()
@@ -136,10 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         for variant, lr, seed in grid:
             do(variant, lr, seed)
         for variant in args.variants:
-            lr = best_lr(rows, variant, args.lrs, first, args.minutes)
+            lr = best_lr(rows, variant, rates[variant], first, budget)
             for seed in rest if lr is not None else ():
                 do(variant, lr, seed)
-        text = summary(rows, args.variants, args.lrs, args.seeds, args.minutes)
+        lrs = sorted({lr for v in args.variants for lr in rates[v]})
+        text = summary(rows, args.variants, lrs, args.seeds, budget)
         log.write("\n".join("# " + line for line in text.splitlines()) + "\n")
     print(text)
     return 0

@@ -136,17 +136,19 @@ def tokenizer_for(vocab: int, text: str, cache: Path) -> BPETokenizer:
     return tok
 
 
-def configuration(name: str, minutes: float) -> tuple[Config, TrainConfig]:
-    """The model and the run a name stands for, trained for minutes."""
+def configuration(name: str, minutes: float | None, steps: int | None = None) -> tuple[Config, TrainConfig]:
+    """The model and the run a name stands for, trained for minutes (or, with minutes None, for steps)."""
     changes = parse_name(name)
     model_fields = {f: changes[f] for f in changes if f in Config.__dataclass_fields__}
     run_fields = {f: changes[f] for f in changes if f in TrainConfig.__dataclass_fields__}
     return (Config(**{**BASE_MODEL, **model_fields}),
-            TrainConfig(**{**BASE_RUN, **run_fields, "steps": 10**9, "minutes": minutes}))
+            TrainConfig(**{**BASE_RUN, **run_fields, "steps": 10**9 if steps is None else steps,
+                           "minutes": minutes}))
 
 
-def run_one(name: str, minutes: float, texts: dict[str, str], cache: Path, peak: float) -> dict:
-    cfg, tc = configuration(name, minutes)
+def run_one(name: str, minutes: float | None, texts: dict[str, str], cache: Path, peak: float,
+            steps: int | None = None) -> dict:
+    cfg, tc = configuration(name, minutes, steps)
     tok = tokenizer_for(cfg.vocab_size, texts["train"], cache)
     train_ids = torch.tensor(tok.encode(texts["train"]), dtype=torch.long)
     val_ids = torch.tensor(tok.encode(texts["val"]), dtype=torch.long)
