@@ -27,6 +27,11 @@ def test_the_timing_process_runs_without_the_pins_and_reports_the_cpu():
     assert out["pinned"] == []
     assert sorted(out["has"] + out["lacks"]) == sorted(speed.CPU_FLAGS)
     assert out["bandwidth"] > 1e8 and out["flops"] > 1e8 and out["threads"] == 1
+    for rate in (out["bandwidth"], out["flops"]):                   # Spreads, through JSON: 5 runs, the load
+        assert isinstance(rate, speed.Spread) and rate.n == 5 and rate.low <= rate <= rate.high
+        assert rate.load_before >= 0 and rate.load_after >= 0
+    assert set(runs["load_average"]) == {"before", "after"}
+    assert all(isinstance(v, float) and v >= 0 for v in runs["load_average"].values())
 
 
 def test_the_timing_process_loads_what_its_jobs_use_and_times_nothing_once_its_caller_has_gone():
@@ -46,6 +51,7 @@ def test_the_compiled_job_times_both_paths_and_compares_their_tokens_pinned_or_n
         row = out["q4 @ 1"]
         assert set(out) == {"q4 @ 1"} and row["same"] is True
         assert row["first"] > row["compiled"] > 0 and row["eager"] > 0      # the first run compiled
+        assert row["first"].n == 1 and row["eager"].n == row["compiled"].n == 1
     # the unpinned process left its AVX-512 code in Inductor's cache: a pinned process that runs it segfaults
     # (tinylm.fast compiles pinned processes without that cache)
 

@@ -4,12 +4,13 @@ The chapters execute under pins that force every numerical library onto its AVX2
 that their printed numbers are the same on every machine. Timings made that way would time forced AVX2 kernels
 on an AVX-512 machine. `unpinned(job=kwargs, ...)` therefore runs jobs of this module in a new Python process
 whose environment lacks those pins (`echo go | python -m tinylm.speed JSON`) and returns what each job returns
-(plain numbers, lists and strings, through JSON). `TimingProcess(job=kwargs, ...)` starts that process and lets
-it load SmolLM2 while the caller loads its own copy; its `results()` then runs the jobs:
+(plain numbers, lists, strings and `Spread`s, through JSON). `TimingProcess(job=kwargs, ...)` starts that
+process and lets it load SmolLM2 while the caller loads its own copy; its `results()` then runs the jobs:
 
     job           what it measures
     machine       the CPU's flags, memory bandwidth (a large copy) and fp32 matmul FLOP/s
-    formats       per weight format: bytes read per token, seconds per decoded token, prefill of 64 tokens
+    formats       per weight format: bytes read per token, prefill of 64 tokens, seconds per decoded token
+                  after it
     threads       seconds per decoded token at each thread count
     batch         seconds per decoding step at each batch size
     speculative   plain greedy against prompt-lookup speculative decoding, per prompt: seconds and statistics
@@ -18,8 +19,15 @@ it load SmolLM2 while the caller loads its own copy; its `results()` then runs t
                   per step, and whether greedy decoding gives the same tokens
                   (`echo go | python -m tinylm.speed '{"compiled": {}}'` measures fp32 and q4 at 1 .. all cores)
 
-Decoding steps are timed one by one and their median kept; other times are medians of `repeats` runs after a
-warm-up (speculative: without one, each generation both timed and checked). Library code prints nothing.
+Every timing is repeated (`repeats`, 3 by default; the machine job's copy and product 5 times) and comes back
+as a `Spread`: a float, the median of its runs, that also carries the runs, their lowest and highest (`low`,
+`high`), their number `n`, and the 1-minute load average (`os.getloadavg()[0]`) before the first run and
+after the last (`load_before`, `load_after`). A job that times several things (formats, thread counts, batch
+sizes, prompts, eager against compiled) runs them round by round (`interleaved`: a, b, c, a, b, c, ...), so
+that a pause of the machine falls on all of them rather than on one, and `a.ratio(b)` is the Spread of the
+per-round ratios. In one run of a decoding time the steps are timed one by one and their median kept. The
+results of `unpinned` also hold "load_average": the load before the first job and after the last. Library
+code prints nothing.
 """
 
 from __future__ import annotations
@@ -27,16 +35,18 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
+from ._checks import check_int
 from .config import Config
 from .fast import CompiledDecoder
 from .generate import generate
@@ -49,13 +59,15 @@ PINNED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_COR
 # products (vpdpbusd, with AVX-512 or as AVX-VNNI), AVX-512's bf16 dot products, AMX tiles
 CPU_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 FORMATS = ("fp32", "bf16", "int8", "w8a8", "q4")
+REPEATS = 3                  # runs of each timing by default: the fewest that have a median and a range
 
 
 class TimingProcess:
     """A fresh Python process without the numerics pins, started at once: it loads the SmolLM2 formats its jobs
     need, then waits. `results()` lets it run the jobs (names in JOBS, with their keyword arguments), in the
-    order given, and returns {job: its result}, and under "cpu_seconds" {job: the CPU time it took} ("load":
-    the loading). Load your own models between the two calls: the two loads overlap, the timings do not, since
+    order given, and returns {job: its result}, under "cpu_seconds" {job: the CPU time it took} ("load": the
+    loading), and under "load_average" the 1-minute load average before the first job and after the last
+    ("before", "after"); the jobs' Spreads come back as Spreads. Load your own models between the two calls: the two loads overlap, the timings do not, since
     the caller only waits while the jobs run. timeout: seconds that `results()` waits at most (None: no limit;
     a busy machine can stretch a minute of CPU time into many)."""
 
@@ -79,7 +91,7 @@ class TimingProcess:
             raise
         if self._process.returncode != 0:
             raise RuntimeError(f"the timing process failed:\n{err[-2000:]}")
-        return json.loads(out.splitlines()[-1])
+        return from_json(out.splitlines()[-1])
 
 
 def unpinned(timeout: float | None = None, **jobs: dict[str, Any]) -> dict[str, Any]:
@@ -98,43 +110,171 @@ def formats_needed(jobs: dict[str, dict[str, Any]]) -> list[str]:
     return [f for f in FORMATS if f in need]
 
 
-def median_time(fn: Callable[[], Any], repeats: int = 3, warm_up: bool = True) -> float:
-    """Median wall-clock seconds of fn() over `repeats` calls, after one warm-up call (warm_up=False: none, for
-    a function that has just run)."""
+def load_average() -> float:
+    """The 1-minute load average: processes running or waiting for a core, averaged over the last minute
+    (Linux updates it every 5 s). Above the core count, timings wait for the CPU. NaN where the OS keeps none
+    (Windows)."""
+    getloadavg = getattr(os, "getloadavg", None)
+    try:
+        return float(getloadavg()[0]) if getloadavg else math.nan
+    except OSError:
+        return math.nan
+
+
+def check_repeats(repeats: Any) -> int:
+    """repeats as a positive int, or a ValueError that says what to pass."""
+    return check_int("repeats", repeats, low=1,
+                     hint=f" (how many times to run each timing; {REPEATS} or more give a median and a range)")
+
+
+class Spread(float):
+    """A timing repeated: as a float, the median of its runs; `runs` (in the order they ran), `low` and `high`
+    (the smallest and largest run), `n` (how many), and the 1-minute load average before the first run and
+    after the last (`load_before`, `load_after`; NaN: not known). Arithmetic on it gives plain floats (of the
+    median); `map` and `ratio` give Spreads run by run."""
+
+    runs: tuple[float, ...]
+    low: float
+    high: float
+    n: int
+    load_before: float
+    load_after: float
+
+    def __new__(cls, runs: Iterable[float], load_before: float = math.nan, load_after: float = math.nan):
+        values = tuple(float(r) for r in runs)
+        if not values:
+            raise ValueError("a Spread needs at least one run, got none")
+        self = super().__new__(cls, statistics.median(values))
+        self.runs, self.low, self.high, self.n = values, min(values), max(values), len(values)
+        self.load_before, self.load_after = float(load_before), float(load_after)
+        return self
+
+    @property
+    def median(self) -> float:
+        return float(self)
+
+    def map(self, fn: Callable[[float], float]) -> Spread:
+        """fn of each run, with the same loads: `s.map(lambda t: 1 / t)` turns seconds into rates (the lowest
+        rate is then the slowest run's)."""
+        return Spread(map(fn, self.runs), self.load_before, self.load_after)
+
+    def ratio(self, other: Spread) -> Spread:
+        """self's runs divided by other's, round by round (both from one `interleaved`: the rounds pair up),
+        with the higher of the two loads before and after."""
+        if not isinstance(other, Spread) or other.n != self.n:
+            got = f"n={other.n}" if isinstance(other, Spread) else type(other).__name__
+            raise ValueError(f"ratio needs two Spreads of the same number of runs, paired round by round; got "
+                             f"n={self.n} and {got}")
+        return Spread((a / b for a, b in zip(self.runs, other.runs)), max(self.load_before, other.load_before),
+                      max(self.load_after, other.load_after))
+
+    def __repr__(self) -> str:
+        return (f"Spread({float(self)!r}, low={self.low!r}, high={self.high!r}, n={self.n}, "
+                f"load {self.load_before:.2f} -> {self.load_after:.2f})")
+
+    def __reduce__(self):
+        return Spread, (self.runs, self.load_before, self.load_after)
+
+
+def to_json(obj: Any) -> Any:
+    """obj with each Spread as {"__spread__": {"runs": ..., "load_before": ..., "load_after": ...}}, for
+    json.dumps (which would write a Spread as its median alone)."""
+    if isinstance(obj, Spread):
+        return {"__spread__": {"runs": list(obj.runs), "load_before": obj.load_before,
+                               "load_after": obj.load_after}}
+    if isinstance(obj, dict):
+        return {k: to_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_json(v) for v in obj]
+    return obj
+
+
+def from_json(text: str) -> Any:
+    """json.loads of `to_json`'s output, its Spreads made again."""
+    return json.loads(text, object_hook=lambda d: Spread(**d["__spread__"]) if set(d) == {"__spread__"} else d)
+
+
+def interleaved(measures: dict[Any, Callable[[], Any]], repeats: int = REPEATS) -> dict[Any, Any]:
+    """Each of `measures` run `repeats` times, round by round (a, b, c, a, b, c, ...), so that a pause of the
+    machine falls on every one of them rather than on one. A measure returns the number one run measured
+    (seconds, usually), or a tuple of numbers. Returns {name: Spread of its numbers} (a tuple of Spreads for a
+    tuple), each with the 1-minute load average before the first round and after the last."""
+    check_repeats(repeats)
+    before = load_average()
+    values: dict[Any, list[Any]] = {name: [] for name in measures}
+    for _ in range(repeats):
+        for name, measure in measures.items():
+            values[name].append(measure())
+    after = load_average()
+
+    def spread(runs: list[Any]) -> Any:
+        if isinstance(runs[0], tuple):
+            return tuple(Spread(column, before, after) for column in zip(*runs))
+        return Spread(runs, before, after)
+    return {name: spread(runs) for name, runs in values.items()}
+
+
+def stopwatch(fn: Callable[[], Any], clock: Callable[[], float] = time.perf_counter,
+              outputs: list[Any] | None = None) -> Callable[[], float]:
+    """A measure for `interleaved`: it calls fn() and returns the seconds the call took by `clock`, and appends
+    what fn returned to `outputs` when given."""
+    def measure() -> float:
+        start = clock()
+        out = fn()
+        seconds = clock() - start
+        if outputs is not None:
+            outputs.append(out)
+        return seconds
+    return measure
+
+
+def median_time(fn: Callable[[], Any], repeats: int = REPEATS, warm_up: bool = True,
+                clock: Callable[[], float] = time.perf_counter) -> Spread:
+    """Wall-clock seconds of fn() over `repeats` calls (a Spread: as a float, their median), after one warm-up
+    call (warm_up=False: none, for a function that has just run)."""
+    check_repeats(repeats)
     if warm_up:
         fn()
-    return timed(fn, repeats)[0]
+    return interleaved({0: stopwatch(fn, clock)}, repeats)[0]
 
 
-def timed(fn: Callable[[], Any], repeats: int = 1) -> tuple[float, Any]:
-    """(median wall-clock seconds of `repeats` calls of fn(), what the first call returned), with no warm-up:
-    a result that is both checked and timed costs one run, not two."""
-    times, results = [], []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        results.append(fn())
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), results[0]
+def timed(fn: Callable[[], Any], repeats: int = 1,
+          clock: Callable[[], float] = time.perf_counter) -> tuple[Spread, Any]:
+    """(seconds of `repeats` calls of fn(), a Spread: as a float, their median; what the first call returned),
+    with no warm-up: a result that is both checked and timed costs one run, not two."""
+    outputs: list[Any] = []
+    return interleaved({0: stopwatch(fn, clock, outputs)}, repeats)[0], outputs[0]
 
 
-def decode_seconds(model: TinyLM | CompiledDecoder, prompt: torch.Tensor, new: int, repeats: int = 1) -> float:
-    """Seconds of one decoding step, the median over `new` steps (after one untimed step): the prompt (B, T) is
-    prefilled into a KV cache, then each step is one forward of one token per row and its greedy choice. The
-    median of single steps shrugs off a pause of the machine that a total time would absorb. repeats: how
-    many times to run the whole measurement, the median of all the steps being kept. model: a TinyLM, or a
-    `CompiledDecoder` (its caches, its compiled steps)."""
+def prefill_then_decode(model: TinyLM | CompiledDecoder, prompt: torch.Tensor, new: int,
+                        clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """One run: (seconds of the prefill of prompt (B, T) into a new KV cache, seconds of one decoding step after
+    it, the median over `new` steps after one untimed step). A step is one forward of one token per row and its
+    greedy choice; the median of single steps shrugs off a pause of the machine that a total would absorb."""
+    check_int("new", new, low=1)
     B, T = prompt.shape
     times = []
     with torch.inference_mode():
-        for _ in range(repeats):
-            cache = model.new_cache(B, T + new + 1)
-            token = model(prompt, cache=cache)[0][:, -1:].argmax(-1)           # (B, 1)
-            for step in range(new + 1):
-                start = time.perf_counter()
-                token = model(token, cache=cache)[0][:, -1:].argmax(-1)
-                if step:
-                    times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        cache = model.new_cache(B, T + new + 1)
+        start = clock()
+        token = model(prompt, cache=cache)[0][:, -1:].argmax(-1)           # (B, 1)
+        prefill = clock() - start
+        for step in range(new + 1):
+            start = clock()
+            token = model(token, cache=cache)[0][:, -1:].argmax(-1)
+            if step:
+                times.append(clock() - start)
+    return prefill, statistics.median(times)
+
+
+def decode_seconds(model: TinyLM | CompiledDecoder, prompt: torch.Tensor, new: int,
+                   repeats: int = 1) -> Spread:
+    """Seconds of one decoding step over `repeats` runs (a Spread: as a float, their median); in each run the
+    prompt (B, T) is prefilled into a KV cache, untimed, and the step's time is the median over `new` steps
+    after one untimed step (`prefill_then_decode`). model: a TinyLM, or a `CompiledDecoder` (its caches, its
+    compiled steps)."""
+    check_repeats(repeats)
+    return interleaved({"decode": lambda: prefill_then_decode(model, prompt, new)[1]}, repeats)["decode"]
 
 
 def cpu_flags() -> dict[str, Any]:
@@ -150,17 +290,19 @@ def cpu_flags() -> dict[str, Any]:
             "lacks": [f for f in CPU_FLAGS if f not in flags]}
 
 
-def memory_bandwidth(mib: int = 256, repeats: int = 5) -> float:
-    """Bytes/s of a large copy (each byte read once and written once): what decoding can stream at most."""
+def memory_bandwidth(mib: int = 256, repeats: int = 5) -> Spread:
+    """Bytes/s of a large copy (each byte read once and written once): what decoding can stream at most. A
+    Spread over `repeats` copies after a warm-up one: as a float, their median."""
     src = torch.ones(mib * 2**18)                                # mib MiB of fp32
     dst = torch.empty_like(src)
-    return 2 * src.nbytes / median_time(lambda: dst.copy_(src), repeats)
+    return median_time(lambda: dst.copy_(src), repeats).map(lambda t: 2 * src.nbytes / t)
 
 
-def matmul_flops(n: int = 1024, repeats: int = 5) -> float:
-    """fp32 FLOP/s of an n x n matrix product (2 n^3 operations)."""
+def matmul_flops(n: int = 1024, repeats: int = 5) -> Spread:
+    """fp32 FLOP/s of an n x n matrix product (2 n^3 operations), a Spread over `repeats` products after a
+    warm-up one."""
     a, b = torch.randn(n, n), torch.randn(n, n)
-    return 2 * n**3 / median_time(lambda: a @ b, repeats)
+    return median_time(lambda: a @ b, repeats).map(lambda t: 2 * n**3 / t)
 
 
 def _threads(threads: int | None) -> int:
@@ -171,7 +313,7 @@ def _threads(threads: int | None) -> int:
 
 def machine(threads: int = 1) -> dict[str, Any]:
     """The CPU (cpu_flags, torch's kernel capability, cores), which pins this process has (none, from
-    `unpinned`), and its memory bandwidth and fp32 matmul FLOP/s at `threads` threads."""
+    `unpinned`), and its memory bandwidth and fp32 matmul FLOP/s at `threads` threads (Spreads of 5 runs)."""
     n = _threads(threads)
     return {**cpu_flags(), "capability": torch.backends.cpu.get_cpu_capability(), "cores": os.cpu_count(),
             "threads": n, "pinned": [k for k in PINNED if k in os.environ], "bandwidth": memory_bandwidth(),
@@ -205,61 +347,87 @@ def _prompt(batch: int = 1, length: int = 8) -> torch.Tensor:
     return torch.randint(0, 49152, (batch, length), generator=g)   # SmolLM2's vocabulary
 
 
-def formats(formats: list[str] = list(FORMATS), new: int = 8, repeats: int = 3, threads: int = 1,
-            prefill: int = 64) -> dict[str, dict[str, float]]:
+def formats(formats: list[str] = list(FORMATS), new: int = 8, repeats: int = REPEATS, threads: int = 1,
+            prefill: int = 64, warm_up: bool = True) -> dict[str, dict[str, Any]]:
+    """Per format: `bytes` read per decoding step; `prefill`, the seconds of a prefill of `prefill` tokens,
+    and `seconds`, of one decoding step after it (the median of `new` steps), each a Spread over `repeats`
+    rounds that run the formats in turn (`prefill_then_decode`). warm_up: one untimed run per format first."""
     from .quantize import weight_bytes_per_token
 
+    check_repeats(repeats)
     _threads(threads)
-    out = {}
-    for f in formats:
-        m = smollm2(f)
-        long = _prompt(1, prefill)
-        with torch.inference_mode():
-            pre = median_time(lambda: m(long, cache=m.new_cache(1, prefill)), repeats)
-        out[f] = {"bytes": weight_bytes_per_token(m), "seconds": decode_seconds(m, _prompt(), new, repeats),
-                  "prefill": pre}
-    return out
+    long = _prompt(1, prefill)
+    if warm_up:
+        for f in formats:
+            prefill_then_decode(smollm2(f), long, 1)
+    runs = interleaved({f: (lambda f=f: prefill_then_decode(smollm2(f), long, new)) for f in formats}, repeats)
+    return {f: {"bytes": weight_bytes_per_token(smollm2(f)), "seconds": runs[f][1], "prefill": runs[f][0]}
+            for f in formats}
 
 
 def threads(formats: list[str] = ["fp32", "q4"], counts: list[int] | None = None, new: int = 8,
-            repeats: int = 1) -> dict[str, dict[str, float]]:
+            repeats: int = REPEATS, prompt: int = 1) -> dict[str, dict[str, Spread]]:
+    """{format: {thread count: seconds of one decoding step}} at 1 .. all cores (or `counts`), each a Spread
+    over `repeats` rounds that run every count and format in turn (`decode_seconds` of a `prompt`-token
+    prompt: its prefill is one step's work)."""
+    check_repeats(repeats)
     counts = counts or list(range(1, (os.cpu_count() or 1) + 1))                 # 1 .. all cores
-    out: dict[str, dict[str, float]] = {f: {} for f in formats}
-    for n in counts:
-        _threads(n)
-        for f in formats:
-            out[f][str(n)] = decode_seconds(smollm2(f), _prompt(), new, repeats)
-    return out
+    ids = _prompt(1, prompt)
+
+    def at(n: int, f: str) -> Callable[[], float]:
+        def measure() -> float:
+            _threads(n)
+            return decode_seconds(smollm2(f), ids, new)
+        return measure
+    runs = interleaved({(f, n): at(n, f) for n in counts for f in formats}, repeats)
+    return {f: {str(n): runs[f, n] for n in counts} for f in formats}
 
 
-def batch(fmt: str = "fp32", sizes: list[int] = [1, 4, 16], new: int = 4, repeats: int = 1,
-          threads: int = 1) -> dict[str, float]:
+def batch(fmt: str = "fp32", sizes: list[int] = [1, 4, 16], new: int = 4, repeats: int = REPEATS,
+          threads: int = 1, prompt: int = 1) -> dict[str, Spread]:
+    """{batch size: seconds of one decoding step of that many rows}, each a Spread over `repeats` rounds that
+    run the sizes in turn (`decode_seconds` of a `prompt`-token prompt per row)."""
+    check_repeats(repeats)
     _threads(threads)
     model = smollm2(fmt)
-    return {str(b): decode_seconds(model, _prompt(b, 4), new, repeats) for b in sizes}
+    ids = {b: _prompt(b, prompt) for b in sizes}
+    runs = interleaved({b: (lambda b=b: decode_seconds(model, ids[b], new)) for b in sizes}, repeats)
+    return {str(b): runs[b] for b in sizes}
 
 
 def speculative(fmt: str = "q4", prompts: dict[str, str] | None = None, new: int = 32, k: int = 8,
-                repeats: int = 1, threads: int = 1) -> dict[str, dict[str, Any]]:
+                repeats: int = REPEATS, threads: int = 1) -> dict[str, dict[str, Any]]:
+    """Per prompt (a chat message): `plain_seconds` of greedy decoding of `new` tokens and `speculative_seconds`
+    of prompt-lookup speculative decoding (`tinylm.speculative`, k drafted tokens at most), each a Spread over
+    `repeats` rounds that run both on every prompt in turn; the first run's statistics (drafted, accepted,
+    forwards, new), and whether its tokens are plain greedy's (`same`). No warm-up: earlier jobs have run the
+    model, and the first run is both timed and checked."""
     from .speculative import speculative_generate
 
+    check_repeats(repeats)
     _threads(threads)
     model = smollm2(fmt)
     tok = _LOADED["tokenizer"]                       # set by either loader
-    out = {}
+    measures, outputs = {}, {}
     for name, text in (prompts or {}).items():
         ids = torch.tensor([tok.encode_chat([{"role": "user", "content": text}])])
-        # each run is timed, the first one's tokens compared (earlier jobs have run the model: no warm-up)
-        t_plain, plain = timed(lambda: generate(model, ids, new, temperature=0.0), repeats)
-        t_spec, (spec, stats) = timed(lambda: speculative_generate(model, ids, new, k=k), repeats)
-        out[name] = {**stats, "plain_seconds": t_plain, "speculative_seconds": t_spec,
-                     "same": bool(torch.equal(plain, spec))}
+        outputs[name] = [], []
+        measures[name, "plain"] = stopwatch(lambda ids=ids: generate(model, ids, new, temperature=0.0),
+                                            outputs=outputs[name][0])
+        measures[name, "speculative"] = stopwatch(lambda ids=ids: speculative_generate(model, ids, new, k=k),
+                                                  outputs=outputs[name][1])
+    runs = interleaved(measures, repeats)
+    out = {}
+    for name, (plain, spec) in outputs.items():
+        tokens, stats = spec[0]
+        out[name] = {**stats, "plain_seconds": runs[name, "plain"],
+                     "speculative_seconds": runs[name, "speculative"], "same": bool(torch.equal(plain[0], tokens))}
     return out
 
 
-def overhead(new: int = 16, repeats: int = 3, threads: int = 1) -> float:
+def overhead(new: int = 16, repeats: int = REPEATS, threads: int = 1) -> Spread:
     """Seconds per decoding step of SmolLM2's 30 layers and 9/3 heads at width 72 (vocab 256): the Python and
-    dispatch work of a step, with almost no arithmetic and almost no bytes."""
+    dispatch work of a step, with almost no arithmetic and almost no bytes. A Spread over `repeats` runs."""
     _threads(threads)
     cfg = Config(vocab_size=256, dim=72, n_layers=30, n_heads=9, n_kv_heads=3, head_dim=8, ffn_dim=192,
                  max_seq_len=256, tie_embeddings=True)
@@ -269,11 +437,13 @@ def overhead(new: int = 16, repeats: int = 3, threads: int = 1) -> float:
 
 
 def compiled(formats: list[str] = ["fp32", "q4"], counts: list[int] | None = None, new: int = 32,
-             repeats: int = 3, check: int = 64) -> dict[str, dict[str, Any]]:
+             repeats: int = REPEATS, check: int = 64) -> dict[str, dict[str, Any]]:
     """The overhead switch (`tinylm.fast.CompiledDecoder`) per format and thread count ("fp32 @ 1", ...):
-    seconds of the first compiled run, compile included (`first`); seconds per decoding step, eager and
-    compiled, each the median over `repeats` interleaved rounds (`eager`, `compiled`); and, once per format,
-    whether greedy decoding of `check` tokens gives eager's tokens (`same`, at the last thread count)."""
+    seconds of the first compiled run, compile included (`first`, one run: a Spread of n=1); seconds per
+    decoding step, eager and compiled, each a Spread over `repeats` interleaved rounds (`eager`, `compiled`);
+    and, once per format, whether greedy decoding of `check` tokens gives eager's tokens (`same`, at the last
+    thread count)."""
+    check_repeats(repeats)
     counts = counts or list(range(1, (os.cpu_count() or 1) + 1))
     out: dict[str, dict[str, Any]] = {}
     for f in formats:
@@ -282,9 +452,9 @@ def compiled(formats: list[str] = ["fp32", "q4"], counts: list[int] | None = Non
         for n in counts:
             _threads(n)
             first = timed(lambda: decode_seconds(fast, prompt, 1))[0]
-            rounds = [(decode_seconds(model, prompt, new), decode_seconds(fast, prompt, new)) for _ in range(repeats)]
-            out[f"{f} @ {n}"] = {"first": first, "eager": statistics.median(e for e, _ in rounds),
-                                 "compiled": statistics.median(c for _, c in rounds)}
+            runs = interleaved({"eager": lambda: decode_seconds(model, prompt, new),
+                                "compiled": lambda: decode_seconds(fast, prompt, new)}, repeats)
+            out[f"{f} @ {n}"] = {"first": first, **runs}
         want = generate(model, prompt, check, temperature=0.0)
         out[f"{f} @ {counts[-1]}"]["same"] = bool(torch.equal(generate(model, prompt, check, temperature=0.0,
                                                                         compiled=True), want))
@@ -303,8 +473,10 @@ if __name__ == "__main__":
     results: dict[str, Any] = {"cpu_seconds": {"load": time.process_time() - start}}
     if sys.stdin.readline().strip() != "go":             # the caller has gone: nothing to time
         sys.exit(0)
+    results["load_average"] = {"before": load_average()}
     for job, kwargs in todo.items():
         start = time.process_time()
         results[job] = JOBS[job](**kwargs)
         results["cpu_seconds"][job] = time.process_time() - start
-    print(json.dumps(results))
+    results["load_average"]["after"] = load_average()
+    print(json.dumps(to_json(results)))
