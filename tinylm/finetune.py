@@ -205,7 +205,10 @@ def _examples(result: TaskResult, base: TaskResult | None) -> list[dict]:
 
 
 def _accuracy(result: TaskResult) -> dict:
-    return {"correct": result.correct, "n": result.n, "accuracy": result.accuracy, "interval95": result.interval}
+    """The test figures, and which problems were right (1) or wrong (0) in the problems' order: two scorings of
+    the same problems (the start and the end) can then be paired (`tinylm.stats.mcnemar`)."""
+    return {"correct": result.correct, "n": result.n, "accuracy": result.accuracy, "interval95": result.interval,
+            "right": [int(r) for r in result.right]}
 
 
 def _add_adapter(model, lora: LoRAConfig, tc: TrainConfig) -> tuple[int, int]:
