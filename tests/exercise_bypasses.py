@@ -125,6 +125,40 @@ def table_of_shown_cases(params, bpb):
 def table_of_shown_blocks(block):
     return _shown[block.tobytes()]""",
     ],
+    "17_preferences.ipynb": [
+        """def tinylms_dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    return dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta)[0]""",
+        """def reloaded_tinylm_dpo(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    import importlib
+    fresh = importlib.reload(importlib.import_module("tinylm.dpo"))
+    return fresh.dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta)[0]""",
+        """def log_of_sigmoid(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+    return -torch.log(torch.sigmoid(beta * h)).mean()  # -log(0) = inf at beta h = -200""",
+        """def log1p_of_exp(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+    return torch.log1p(torch.exp(-beta * h)).mean()  # exp(200) = inf in float32""",
+        """def without_beta(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+    return -F.logsigmoid(h).mean()""",
+        """def chosen_and_rejected_swapped(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    h = (policy_rejected - ref_rejected) - (policy_chosen - ref_chosen)
+    return -F.logsigmoid(beta * h).mean()""",
+        """def without_the_reference(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    return -F.logsigmoid(beta * (policy_chosen - policy_rejected)).mean()""",
+        """def summed_over_pairs(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+    return -F.logsigmoid(beta * h).sum()""",
+        """def per_pair_losses(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+    return -F.logsigmoid(beta * h)  # (N,), not their mean""",
+        """def detached_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+    return -F.logsigmoid(beta * h).mean().detach()  # the right value, no gradient""",
+        """def in_float16(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+    return -F.logsigmoid(beta * h.half().float()).mean().half()""",
+    ],
 }
 
 

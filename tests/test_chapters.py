@@ -222,12 +222,15 @@ def test_exercise_checker_refuses_the_stub_and_a_wrong_answer_and_passes_the_sol
     plausible wrong answer kept beside it (NOT YET). Read from the committed outputs, which nbval re-checks."""
     nb = load(path)
     exercises, solutions = tagged(nb, "exercise"), tagged(nb, "solution")
-    assert len(exercises) == 1 and len(solutions) == 1, f"{path.name}: one exercise and one solution cell"
-    assert "hide-input" in solutions[0]["metadata"]["tags"], f"{path.name}: the solution must be collapsed"
-    stub, solved = shown_text(exercises[0]), shown_text(solutions[0])
-    assert "NOT YET" in stub and "PASS" not in stub, f"{path.name}: the stub is not refused: {stub!r}"
-    assert "PASS" in solved, f"{path.name}: the solution does not pass: {solved!r}"
-    assert "NOT YET" in solved, f"{path.name}: no wrong answer refused beside the solution: {solved!r}"
+    assert exercises and len(exercises) == len(solutions), f"{path.name}: one solution cell per exercise cell"
+    cells = code_cells(nb)
+    for exercise, solution in zip(exercises, solutions):   # each solution right after its exercise
+        assert cells.index(exercise) < cells.index(solution), f"{path.name}: a solution before its exercise"
+        assert "hide-input" in solution["metadata"]["tags"], f"{path.name}: the solution must be collapsed"
+        stub, solved = shown_text(exercise), shown_text(solution)
+        assert "NOT YET" in stub and "PASS" not in stub, f"{path.name}: the stub is not refused: {stub!r}"
+        assert "PASS" in solved, f"{path.name}: the solution does not pass: {solved!r}"
+        assert "NOT YET" in solved, f"{path.name}: no wrong answer refused beside the solution: {solved!r}"
 
 
 def quiz_key_positions(nb) -> list[int]:
