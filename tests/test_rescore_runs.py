@@ -137,6 +137,10 @@ def test_writes_the_lists_the_counts_and_mcnemar(tmp_path, start, fake, capsys):
     done = json.loads(text)
     assert done["start_right"] == START_RIGHT and done["end_right"] == END_RIGHT["a"]
     assert '"end_right": [1, 0, 1, 1, 1, 1]' in text               # one line per list
+    # each reply's length: "It is N." when right, "I do not know." when wrong
+    assert all(n == (len("I do not know.") if not r else n) for n, r in zip(done["end_reply_chars"],
+                                                                             done["end_right"]))
+    assert len(done["start_reply_chars"]) == len(START_RIGHT) and min(done["end_reply_chars"]) > 0
     assert done["recorded"] == {"start_correct": 3, "end_correct": 4}      # the summary's, kept
     assert done["rescored"] == {"start_correct": 3, "end_correct": 5}      # what was scored now
     # by hand: right only at the start on problem 1, only at the end on 2, 3 and 5: 4 discordant, 1 of them

@@ -245,6 +245,8 @@ def record(run: Run, start: TaskResult, end: TaskResult, command: list[str], sec
         "recorded_right_same": {"start": _same(s.get("right"), start_right), "end": _same(e.get("right"), end_right)},
         "mcnemar": {"only_start": test.only_a, "only_end": test.only_b, "p": test.p},
         "seconds": seconds, "start_right": start_right, "end_right": end_right,
+        # each reply's length in characters, in the problems' order (a style such as --prefer shorter)
+        "start_reply_chars": [len(r) for r in start.replies], "end_reply_chars": [len(r) for r in end.replies],
     }
 
 
