@@ -15,6 +15,7 @@ def test_t_tail_against_its_closed_forms_at_one_and_two_degrees_of_freedom_and_t
         assert stats.t_sf(t, 1e7) == pytest.approx(normal, abs=1e-6)
     assert 2 * stats.t_sf(4.303, 2) == pytest.approx(0.05, abs=1e-4)       # the 95% critical value at df 2
     assert 2 * stats.t_sf(2.776, 4) == pytest.approx(0.05, abs=1e-4)       # and at df 4
+    assert stats.t_critical(2) == pytest.approx(4.303, abs=1e-3) and stats.t_critical(4) == pytest.approx(2.776, abs=1e-3)
     assert stats.t_sf(math.inf, 3) == 0.0 and stats.t_sf(-math.inf, 3) == 1.0
     with pytest.raises(ValueError, match="df must be positive"):
         stats.t_sf(1.0, 0)

@@ -4,6 +4,7 @@
     welch_t(a, b)         two independent samples with their own variances: are the means equal?
     mcnemar(a_right, b_right)  two scorings of the same problems, right/wrong: does one get more right?
     t_sf(t, df)           P(T > t) for Student's t with df degrees of freedom
+    t_critical(df, alpha) the |t| at which a two-sided test has p = alpha
 
 Each returns a two-sided p-value. With 3 seeds a paired test has 2 degrees of freedom: a verdict at p < 0.05
 needs |t| > 4.30, so only a difference several times its seed-to-seed wobble passes.
@@ -56,6 +57,17 @@ def t_sf(t: float, df: float) -> float:
         return 0.0 if t > 0 else 1.0
     tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
     return tail if t >= 0 else 1.0 - tail
+
+
+def t_critical(df: float, alpha: float = 0.05) -> float:
+    """|t| at which a two-sided test of df degrees of freedom has p = alpha (bisection on `t_sf`)."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    low, high = 0.0, 100.0
+    for _ in range(100):
+        mid = (low + high) / 2
+        low, high = (mid, high) if 2 * t_sf(mid, df) > alpha else (low, mid)
+    return mid
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from tinylm.evaluate import TaskResult, evaluate_task  # noqa: E402
 from tinylm.finetune import ADAPTER, COMMAND as FINETUNE, SUMMARY, build_parser  # noqa: E402
 from tinylm.lora import adapter_chain, load_adapter, remove_lora  # noqa: E402
 from tinylm.quantize import quantize  # noqa: E402
+from tinylm.speed import cpu_flags  # noqa: E402
 from tinylm.stats import mcnemar  # noqa: E402
 from tinylm.tasks import Problem, make_splits  # noqa: E402
 from tinylm.train.measure import cpu_class  # noqa: E402
@@ -204,15 +205,10 @@ def score(model, tok, run: Run) -> TaskResult:
 
 def machine() -> dict:
     """The machine the re-scoring ran on: what decides how a near-tie in greedy decoding breaks."""
-    name = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
-    except OSError:
-        pass
-    return {"cpu": name, "cpu_class": cpu_class(), "torch_capability": torch.backends.cpu.get_cpu_capability(),
-            "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "platform": platform.platform()}
+    return {"cpu": cpu_flags()["name"], "cpu_class": cpu_class(),
+            "torch_capability": torch.backends.cpu.get_cpu_capability(), "cores": os.cpu_count(),
+            "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform()}
 
 
 # ---------------------------------------------------------------------------------------------
