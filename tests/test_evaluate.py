@@ -33,11 +33,14 @@ def tok() -> BPETokenizer:
     ("12,345,678 and then 7", 7),
     ("1,43", 43),                               # not a group of three: two integers
     ("s-t-r-a-w-b-e-r-r-y: \"r\" appears 3 times", 3),
-    ("It is -5", 5), ("about 2.5", 5),          # no signs, no decimals: digits only
-    ("three", None), ("", None),
+    ("It is -5", 5), ("about 2.5", 5),          # no signs, no decimals
+    ("", None), ("none of them", None), ("someone said so", None),   # "one" inside a word is no number
     ("1438 is 742 + 696", 696),                 # the last integer, even when the sum came first
+    ("three", 3), ('"r" appears Three times', 3), ("TWENTY", 20), ("zero", 0),   # number words, any case
+    ('"e" appears once', 1), ("twice", 2), ("4, or rather five", 5), ("one, no, 2", 2),
+    ("twenty-one", 1),                          # only zero to twenty: "twenty-one" is twenty, then one
 ])
-def test_the_answer_is_the_last_integer(reply, answer):
+def test_the_answer_is_the_last_number(reply, answer):
     assert parse_answer(reply) == answer
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
 
@@ -10,8 +11,8 @@ from helpers import corpus_text
 from tinylm._checks import IGNORE_INDEX
 from tinylm.chat import encode_chat
 from tinylm.tasks import (
-    TASKS, Problem, addition, encode_problem, end_id, letter_count, make_splits, multiplication, prompt_ids,
-    task_rows, words,
+    COUNTS, TASKS, Problem, addition, balanced_words, constant_share, encode_problem, end_id, letter_count,
+    make_splits, most_repeated, multiplication, prompt_ids, task_rows, words,
 )
 from tinylm.tokenizer import BPETokenizer
 from tinylm.train import pad_conversations
@@ -30,7 +31,7 @@ def test_splits_are_disjoint_by_key_and_sized_as_asked(task):
     assert not keys["train"] & keys["val"] and not keys["train"] & keys["test"] and not keys["val"] & keys["test"]
     for split in ("val", "test"):                          # held-out problems are all different
         assert len(keys[split]) == len(splits[split])
-    if task != "letter_count":
+    if not task.startswith("letter"):
         assert len(keys["train"]) == 1500
         for p in splits["test"]:                           # the key is the unordered pair: b + a is a + b
             a, b = map(int, re.findall(r"\d+", p.question))
@@ -81,10 +82,47 @@ def test_letter_count_words_and_letters():
     assert 0.15 < absent < 0.25                                 # about one in five asks for a missing letter
 
 
+def test_balanced_words_add_the_plays():
+    pool = balanced_words()
+    assert len(pool) == 19342 and list(pool) == sorted(set(pool)) and set(words()) <= set(pool)
+    assert all(w.isalpha() and w.islower() and 4 <= len(w) <= 12 for w in pool)
+    assert sum(most_repeated(w) >= 3 for w in pool) == 1702 and most_repeated("banana") == 3
+
+
+def test_the_unbalanced_task_lets_always_1_win():
+    # why letter_balanced exists: on letter_count the constant answer 1 is right most of the time
+    answer, share = constant_share(make_splits("letter_count")["test"])
+    assert answer == 1 and share > 0.6
+
+
+@pytest.mark.parametrize("n_test", [200, 37])
+def test_letter_counts_are_balanced_so_no_constant_answer_wins(n_test):
+    splits = make_splits("letter_balanced", n_train=2000, n_val=100, n_test=n_test)
+    for split, problems in splits.items():
+        counts = Counter(min(p.target, COUNTS[-1]) for p in problems)     # 3 stands for 3 or more
+        assert set(counts) == set(COUNTS)
+        assert max(counts.values()) - min(counts.values()) <= 1, (split, counts)
+        answer, share = constant_share(problems)
+        assert share <= -(-len(problems) // 4) / len(problems), (split, answer, share)
+    test = splits["test"]
+    assert constant_share(test) == (0, 0.25) if n_test == 200 else constant_share(test)[1] == 10 / 37
+    assert sum(p.target == 1 for p in test) == -(-n_test // 4) or sum(p.target == 1 for p in test) == n_test // 4
+    # the order is shuffled: the counts do not cycle 0, 1, 2, 3 through the split
+    assert [min(p.target, 3) for p in test[:8]] != [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_constant_share_names_the_best_constant_answer():
+    ps = [letter_count("banana", c) for c in "bnaaz"]                 # targets 1, 2, 3, 3, 0
+    assert constant_share(ps) == (3, 0.4)
+    with pytest.raises(ValueError, match="empty"):
+        constant_share([])
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(task="subtraction"), "task must be one of"),
     (dict(task="multiplication", n_train=4000), "4,095 distinct operand pairs"),
     (dict(task="letter_count", n_test=1900), "1,943 words"),
+    (dict(task="letter_balanced", n_test=7000), "1,702 of them with a letter 3 or more times"),
     (dict(task="addition", n_val=0), "n_val must be a positive int"),
     (dict(task="addition", seed=-1), "seed must be an int >= 0"),
 ])

@@ -4,10 +4,11 @@
     result.accuracy, result.interval                       # 0.93, (0.89, 0.96): 95% Wilson interval
     forgetting(model, tok)                                 # perplexity on English prose, adapter off and on
 
-The answer of a reply is its last integer (`parse_answer`): a run of digits, commas allowed between groups
-of three ("1,438" reads 1438); signs, decimals and number words are not read ("-5" reads 5, "2.5" reads 5,
-"three" reads nothing). A reply with no digit is wrong, as is one whose last integer has more than
-MAX_DIGITS digits (a model can write one; Python reads at most 4,300). Exact match: that integer equals the target.
+The answer of a reply is its last number (`parse_answer`): a run of digits, commas allowed between groups
+of three ("1,438" reads 1438), or a number word from zero to twenty, "once" or "twice", in any case ("it
+appears three times" reads 3, "Twice" 2). Signs and decimals are not read ("-5" reads 5, "2.5" reads 5). A
+reply with no number is wrong, as is one whose last integer has more than MAX_DIGITS digits (a model can
+write one; Python reads at most 4,300). Exact match: that number equals the target.
 
 Wilson's score interval (Wilson, 1927) for k right out of n, z = 1.96 for 95%:
 
@@ -37,6 +38,10 @@ from .tokenizer import BPETokenizer
 from .train.loop import evaluate as mean_loss
 
 INTEGER = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+")   # 1,438 or 1438
+NUMBER_WORDS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())} | {"once": 1, "twice": 2}
+NUMBER = re.compile(INTEGER.pattern + r"|\b(?:" + "|".join(NUMBER_WORDS) + r")\b", re.IGNORECASE)
 MAX_DIGITS = 1000   # a longer integer is no answer (None): no task asks for one, and Python reads at most 4,300
 Z95 = 1.959963984540054                                 # the 97.5% quantile of the standard normal
 CHAT_PROMPTS = ("What is the capital of France?", "Give me two tips for sleeping well.",
@@ -44,14 +49,17 @@ CHAT_PROMPTS = ("What is the capital of France?", "Give me two tips for sleeping
 
 
 def parse_answer(reply: str) -> int | None:
-    """The last integer in reply (see the module's rule), or None when it holds no digit, or when that integer
-    has more than MAX_DIGITS digits."""
+    """The last number in reply, digits or a number word (see the module's rule), or None when it holds
+    none, or when that number is an integer of more than MAX_DIGITS digits."""
     if not isinstance(reply, str):
         raise ValueError(f"reply must be a str, got {type(reply).__name__}")
-    found = INTEGER.findall(reply)
+    found = NUMBER.findall(reply)
     if not found:
         return None
-    digits = found[-1].replace(",", "")
+    last = found[-1].lower()
+    if last in NUMBER_WORDS:
+        return NUMBER_WORDS[last]
+    digits = last.replace(",", "")
     return int(digits) if len(digits) <= MAX_DIGITS else None
 
 
@@ -146,7 +154,7 @@ def greedy_replies(model: TinyLM, tokenizer: BPETokenizer, prompts: list[list[in
 
 
 def is_right(problem: Problem, reply: str) -> bool:
-    """The checker: the reply's last integer (`parse_answer`) is the problem's target."""
+    """The checker: the reply's last number (`parse_answer`) is the problem's target."""
     return parse_answer(reply) == problem.target
 
 
