@@ -47,6 +47,7 @@ TASKS = ("addition", "multiplication", "letter_count", "letter_balanced")
 SPLITS = ("train", "val", "test")
 OPERANDS = {"addition": (100, 999), "multiplication": (10, 99)}   # three-digit sums, two-digit products
 ABSENT_LETTER = 0.2     # share of letter-count problems that ask for a letter the word lacks (answer 0)
+ALPHABET = frozenset("abcdefghijklmnopqrstuvwxyz")
 COUNTS = (0, 1, 2, 3)   # letter_balanced's counts, a quarter of the problems each; 3 stands for 3 or more
 WORD = re.compile(r"(?<![\w'-])[a-z]{4,12}(?![\w'-])")   # a lowercase word of 4 to 12 letters, standing alone
 
@@ -153,7 +154,7 @@ def _letter_splits(sizes: dict[str, int], rng: random.Random) -> dict[str, list[
     groups = {"test": pool[: sizes["test"]], "val": pool[sizes["test"] : cut], "train": pool[cut:]}
 
     def ask(word: str) -> Problem:
-        absent = sorted(set("abcdefghijklmnopqrstuvwxyz") - set(word))
+        absent = sorted(ALPHABET - set(word))
         letter = rng.choice(absent) if rng.random() < ABSENT_LETTER else rng.choice(word)  # by position:
         return letter_count(word, letter)                                                # repeats likelier
 
@@ -169,13 +170,13 @@ def _balanced_letter_splits(sizes: dict[str, int], rng: random.Random) -> dict[s
     word's letters with that count."""
     pool = list(balanced_words())
     rng.shuffle(pool)
-    alphabet = set("abcdefghijklmnopqrstuvwxyz")
 
     def letters(word: str, count: int) -> list[str]:
         if count == 0:
-            return sorted(alphabet - set(word))
-        return sorted(c for c in set(word) if (word.count(c) >= count if count == COUNTS[-1] else
-                                               word.count(c) == count))
+            return sorted(ALPHABET - set(word))
+        if count == COUNTS[-1]:                                           # 3 stands for 3 or more
+            return sorted(c for c in set(word) if word.count(c) >= count)
+        return sorted(c for c in set(word) if word.count(c) == count)
 
     fits = {c: [w for w in pool if letters(w, c)] for c in COUNTS}        # the words that can be asked so
     taken: set[str] = set()
