@@ -338,3 +338,53 @@ def test_auto_format_is_q4_where_the_widths_allow_it_else_int8():
     assert chat_module.build_parser().parse_args([]).format == "auto"
     from tinylm.quantize import quantize
     quantize(fits, "q4")                                             # what auto chose works
+
+
+def test_auto_compiles_int8_and_q4_where_a_compiler_is_found(monkeypatch):
+    monkeypatch.setattr(chat_module, "cxx_compiler", lambda: "g++")
+    assert [chat_module.pick_compiled(f, "auto") for f in ("fp32", "bf16", "int8", "w8a8", "q4")] == \
+        [False, False, True, False, True]
+    assert chat_module.pick_compiled("fp32", "on") and not chat_module.pick_compiled("q4", "off")
+    monkeypatch.setattr(chat_module, "cxx_compiler", lambda: None)     # no g++: auto decodes eagerly
+    assert not chat_module.pick_compiled("q4", "auto")
+    assert chat_module.build_parser().parse_args([]).compiled == "auto"
+
+
+def test_compiled_usage_errors_come_before_the_model_loads(model_dir, capsys, monkeypatch):
+    with pytest.raises(SystemExit) as stop:
+        main(["--model-dir", str(model_dir), "--format", "w8a8", "--compiled", "on"])
+    assert stop.value.code == 2 and "pass --format int8 or q4, or --compiled off" in capsys.readouterr().err
+    monkeypatch.setattr(chat_module, "cxx_compiler", lambda: None)
+    monkeypatch.setattr(chat_module, "load_chat_model", lambda *a: pytest.fail("the model was loaded"))
+    with pytest.raises(SystemExit) as stop:
+        main(["--model-dir", str(model_dir), "--compiled", "on"])
+    assert stop.value.code == 2 and "install g++, or pass --compiled off" in capsys.readouterr().err
+
+
+def test_a_compiled_session_refuses_what_it_cannot_compile(model, tok):
+    with pytest.raises(ValueError, match="pass use_cache=True, or compiled=False"):
+        ChatSession(model, tok, compiled=True, use_cache=False)
+    with pytest.raises(ValueError, match="compiled must be"):
+        ChatSession(model, tok, compiled="yes")
+    from tinylm.quantize import quantize
+    w8a8 = quantize(random_model(CFG.replace(dim=64, ffn_dim=128), std=0.3), "w8a8")
+    with pytest.raises(ValueError, match="w8a8 model cannot be compiled"):
+        ChatSession(w8a8, tok, compiled=True)
+    with pytest.raises(ValueError, match="compiled"):
+        next(stream(model, torch.zeros(1, 3, dtype=torch.long), 4, compiled=1))
+
+
+@pytest.mark.slow   # torch.compile of one block takes seconds of CPU (gcc included)
+def test_a_compiled_session_warms_up_once_then_answers_as_the_eager_one(tok):
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    model = random_model(CFG.replace(n_layers=3), std=0.3)
+    eager = ChatSession(model, tok, max_new_tokens=12, temperature=0)
+    fast = ChatSession(model, tok, max_new_tokens=12, temperature=0, compiled=True)
+    before = counters["stats"]["unique_graphs"]
+    fast.warm_up()
+    assert counters["stats"]["unique_graphs"] - before == 1 and fast.turns == []   # compiled, nothing remembered
+    for question in ("Hello there!", "And again?"):
+        assert "".join(fast.stream(question)).strip() == eager.ask(question)
+    assert counters["stats"]["unique_graphs"] - before == 1       # the replies ran the warmed-up graph
+    assert fast.ask("Once more.") == eager.ask("Once more.")

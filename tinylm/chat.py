@@ -14,7 +14,7 @@ out the loss on tokens from the user prompt": Touvron et al., 2023).
 A real model's tokenizer brings its own template (ChatML for SmolLM2); `encode_chat` and `ChatSession` use
 whichever template the tokenizer carries.
 
-    python -m tinylm.chat                                  # SmolLM2-135M-Instruct, 4-bit (q4) weights
+    python -m tinylm.chat                                  # SmolLM2-135M-Instruct, 4-bit (q4) weights, compiled
     python -m tinylm.chat --adapter runs/lora/adapter.safetensors --format fp32
 
 In the terminal: /reset forgets the conversation, /quit (or Ctrl-D) leaves, Ctrl-C stops a reply (not the
@@ -34,9 +34,10 @@ from typing import Iterator
 import torch
 
 # IGNORE_INDEX: the label of a position the loss skips
-from ._checks import IGNORE_INDEX, check_int, check_number, check_threads
+from ._checks import IGNORE_INDEX, check_bool, check_int, check_number, check_threads
 from .chat_template import COURSE, ChatTemplate, check_messages
 from .config import MAX_SEQ_LEN, Config
+from .fast import CompiledDecoder, cxx_compiler
 from .generate import _check_temperature, _check_top_k, _check_top_p, generate, stream
 from .lora import adapter_chain, load_adapter, remove_lora
 from .model import TinyLM
@@ -119,12 +120,15 @@ class ChatSession:
     'The sky is blue.'
 
     context: the tokens of history + reply the model sees (default: all of model.cfg.max_seq_len); the oldest
-    turns are dropped to fit it. Every setting is checked here, before the first question.
+    turns are dropped to fit it. compiled: decode through one compiled transformer block (`tinylm.fast`; less
+    Python per token, after seconds of compiling; `warm_up` does that before the first question). Every
+    setting is checked here, before the first question.
     """
 
     def __init__(self, model: TinyLM, tokenizer: BPETokenizer, max_new_tokens: int = 64,
                  temperature: float = 0.7, top_k: int | None = 50, top_p: float | None = None,
-                 seed: int | None = 0, use_cache: bool = True, context: int | None = None):
+                 seed: int | None = 0, use_cache: bool = True, context: int | None = None,
+                 compiled: bool = False):
         if not isinstance(model, TinyLM):
             raise ValueError(f"model must be a tinylm.TinyLM, got {type(model).__name__}")
         if tokenizer.vocab_size > model.cfg.vocab_size:
@@ -143,7 +147,12 @@ class ChatSession:
         self.template.encode(tokenizer, [])         # the tokenizer has the template's specials
         self.model, self.tokenizer, self.context = model, tokenizer, context
         self.max_new_tokens, self.temperature, self.top_k, self.top_p = max_new_tokens, temperature, top_k, top_p
-        self.use_cache = use_cache
+        self.use_cache, self.compiled = use_cache, check_bool("compiled", compiled)
+        if compiled:
+            if not use_cache:
+                raise ValueError("compiled=True compiles the one-token step against the KV cache; "
+                                 "pass use_cache=True, or compiled=False")
+            CompiledDecoder(model)                  # refuses a model it cannot compile (w8a8), before any question
         self.generator = torch.Generator(device=model.embed_tokens.weight.device)
         if seed is not None:
             self.generator.manual_seed(check_int("seed", seed, 0, MAX_SEED, hint=" or None"))
@@ -172,7 +181,8 @@ class ChatSession:
         device = self.model.embed_tokens.weight.device
         out = generate(self.model, torch.tensor([ids], device=device), self.max_new_tokens,
                        temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                       use_cache=self.use_cache, generator=self.generator, eos_id=self.eos_id)
+                       use_cache=self.use_cache, generator=self.generator, eos_id=self.eos_id,
+                       compiled=self.compiled)
         new = out[0, len(ids):].tolist()
         for i, t in enumerate(new):                 # stop at the end token (or any other control token)
             if t in self.stop_ids:
@@ -206,7 +216,8 @@ class ChatSession:
 
         try:
             for token in stream(self.model, torch.tensor([ids], device=device), self.max_new_tokens,
-                                self.temperature, self.top_k, self.top_p, self.generator, self.stop_ids):
+                                self.temperature, self.top_k, self.top_p, self.generator, self.stop_ids,
+                                compiled=self.compiled):
                 new.append(token)
                 text_so_far = self.tokenizer.decode(new).lstrip()
                 if not text_so_far.endswith("\ufffd"):       # else a character is cut: wait for its next byte
@@ -219,6 +230,24 @@ class ChatSession:
         rest = self.tokenizer.decode(new).lstrip()[len(shown):]
         if rest:
             yield rest
+
+    def warm_up(self) -> None:
+        """Compile the decoding step now instead of during the first reply: one compiled step with the cache
+        length a short first question gets (a longer conversation's next bucket of CACHE_BUCKET positions
+        compiles once more when it is reached). Remembers nothing and draws nothing from the generator."""
+        if not self.compiled:
+            return
+        ids = self.prompt_ids([{"role": "user", "content": "Hi"}])
+        fast, device, was_training = CompiledDecoder(self.model), self.model.embed_tokens.weight.device, \
+            self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                cache = fast.new_cache(1, len(ids) + self.max_new_tokens)
+                fast(torch.tensor([ids], device=device), cache=cache)          # the prefill, eager
+                fast(torch.tensor([ids[-1:]], device=device), cache=cache)     # one step: compiles
+        finally:
+            self.model.train(was_training)
 
     def reset(self) -> None:
         """Forget the conversation."""
@@ -282,6 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="auto", choices=("auto", *FORMATS),
                    help="weight format (default auto: q4 where the model's widths allow it, else int8; q4 "
                         "decoded fastest and closest to fp32 in chapter 15 and docs/benchmarks.md)")
+    p.add_argument("--compiled", default="auto", choices=("auto", "on", "off"),
+                   help="decode through one transformer block compiled by torch.compile (needs a C++ compiler; "
+                        "default auto: on for int8 and q4 where g++ is found, off for fp32 and bf16, which it "
+                        "made slower in docs/benchmarks.md)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="longest reply in tokens (default 256)")
     p.add_argument("--temperature", type=float, default=0.7, help="0 is greedy (default 0.7)")
     p.add_argument("--top-k", type=int, default=50, help="keep the k most likely tokens (default 50)")
@@ -318,6 +351,13 @@ def check_flags(args: argparse.Namespace) -> int:
         context = args.context or longest
     check_int("--max-new-tokens", args.max_new_tokens, 1, context - 1, span=f"in [1, --context={context})",
               hint=" (the reply needs room for the question)")
+    if args.compiled == "on":
+        if args.format == "w8a8":
+            raise ValueError("--compiled on cannot compile --format w8a8 (fbgemm's packed weights split the graph "
+                             "at every linear); pass --format int8 or q4, or --compiled off")
+        if cxx_compiler() is None:
+            raise ValueError("--compiled on needs a C++ compiler for torch.compile (g++, or the one $CXX names), "
+                             "and none was found; install g++, or pass --compiled off")
     if args.adapter is not None:
         adapter_chain(args.adapter)                  # tinylm adapter files (and a DPO run's start), metadata alone
     return context
@@ -337,6 +377,19 @@ def pick_format(model: TinyLM, asked: str) -> str:
     return "q4" if all(w % 32 == 0 for w in widths) else "int8"
 
 
+COMPILED_HELPS = ("int8", "q4")     # the formats the compiled block made faster at 1 and 2 threads
+
+
+def pick_compiled(fmt: str, asked: str) -> bool:
+    """Whether to decode through the compiled block: as asked ("on", "off"), or for "auto" where it was measured
+    to help and can run. On an AMD EPYC (docs/benchmarks.md, 2026-12-03, tokens/s eager -> compiled, 1 and 2
+    threads): q4 37.0 -> 44.8 and 48.1 -> 49.6, int8 25.3 -> 29.9 and 37.0 -> 44.8, but fp32 14.7 -> 14.0 and
+    16.4 -> 14.7, bf16 25.1 -> 18.4 at 2 threads; w8a8 cannot be compiled. "auto" without a C++ compiler is off."""
+    if asked != "auto":
+        return asked == "on"
+    return fmt in COMPILED_HELPS and cxx_compiler() is not None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the terminal chat. Exit status 0; 2 for a usage error (bad flags, a missing or misfit adapter)."""
     parser = build_parser()
@@ -351,13 +404,18 @@ def main(argv: list[str] | None = None) -> int:
         fmt = pick_format(model, args.format)
         if fmt != "fp32":
             quantize(model, fmt)
+        compiled = pick_compiled(fmt, args.compiled)
         session = ChatSession(model, tok, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
-                              context=context)
+                              context=context, compiled=compiled)
     except (ValueError, ImportError) as e:           # ImportError: SmolLM2's weights are not installed
         parser.error(str(e))
+    if compiled:
+        print("compiling the decoding step (once; seconds) ...", file=sys.stderr, flush=True)
+        session.warm_up()
     line_editing(sys.stdin)                          # arrow keys and history, in a terminal
     adapter = f" + {args.adapter}" if args.adapter else ""
-    print(f"{name}{adapter} ({fmt}). /reset forgets the conversation, /quit leaves, Ctrl-C stops a "
+    how = f"{fmt}, compiled" if compiled else fmt
+    print(f"{name}{adapter} ({how}). /reset forgets the conversation, /quit leaves, Ctrl-C stops a "
           "reply.", file=sys.stderr)
     while True:
         try:

@@ -79,6 +79,16 @@ def _compiled_block_step() -> Callable:
     return torch.compile(_block_step, dynamic=False, options={"fx_graph_cache": False} if pinned else None)
 
 
+def cxx_compiler() -> str | None:
+    """The C++ compiler Inductor would use (g++, or $CXX), or None where there is none: without one,
+    torch.compile fails on the CPU at the first compiled step."""
+    from torch._inductor import cpp_builder
+    try:
+        return cpp_builder.get_cpp_compiler()
+    except RuntimeError:             # torch._inductor.exc.InvalidCxxCompiler: none found
+        return None
+
+
 class CompiledDecoder:
     """`model`'s forward, with every one-token step against a cache through the compiled block.
 

@@ -264,8 +264,9 @@ def generate(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature:
     least one real token; `left_pad` makes both): each row gets the tokens it would get alone (greedy;
     a sampled row also depends on the draws of the others, which share the generator). The output keeps
     the pads in front.
-    compiled: run every forward through torch.compile (`tinylm.fast`): the same tokens, less Python per step,
-    after a compilation that takes minutes on a CPU.
+    compiled: run every one-token step through one transformer block compiled by torch.compile
+    (`tinylm.fast`): the same logits up to rounding, less Python per step, after a compilation of seconds of
+    CPU (once per format, batch size, cache length bucket and thread count).
     repetition_penalty: θ for `apply_repetition_penalty` on every row's prompt and new tokens so far (pads
     are not text and are not counted), before temperature, filters and greedy alike; None or 1: off.
     Runs under torch.inference_mode() with the model in eval mode (its previous mode is restored).
@@ -366,17 +367,18 @@ def _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, 
 def stream(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
            top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
            stop_ids: frozenset[int] | set[int] = frozenset(),
-           repetition_penalty: float | None = None) -> Iterator[int]:
+           repetition_penalty: float | None = None, compiled: bool = False) -> Iterator[int]:
     """`generate` for one prompt idx (1, T), one token at a time: yields each new id as soon as it is chosen.
 
     Stops before a token of stop_ids (not yielded) or after max_new_tokens. The same cached decoding as
     generate (repetition_penalty included), so it yields the tokens generate returns (with the same generator
     state). The model is in eval mode while the stream is open (its previous mode comes back when it ends or
     is closed); each forward runs under torch.inference_mode(), which does not leak into the caller between
-    tokens.
+    tokens. compiled: each one-token step through the compiled block, as in generate.
     """
     _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, True, generator, None, None)
     _check_repetition_penalty(repetition_penalty)
+    check_bool("compiled", compiled)
     penalty = None if repetition_penalty in (None, 1) else repetition_penalty
     if idx.shape[0] != 1:
         raise ValueError(f"stream takes one prompt, idx of shape (1, T), got {tuple(idx.shape)}; use generate "
@@ -389,9 +391,10 @@ def stream(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: f
         T = idx.shape[1]
         seen = idx.new_empty(1, T + max_new_tokens)                          # (1, T + new) the text so far
         seen[:, :T] = idx
+        forward = compiled_forward(model) if compiled else model
         with torch.inference_mode():
-            cache = model.new_cache(1, T + max_new_tokens)
-            logits = model(idx, cache=cache)[0][:, -1]                       # (1, V) prefill
+            cache = forward.new_cache(1, T + max_new_tokens)                 # the model's, or CompiledDecoder's
+            logits = forward(idx, cache=cache)[0][:, -1]                     # (1, V) prefill
         for t in range(max_new_tokens):
             with torch.inference_mode():
                 if penalty is not None:
@@ -403,6 +406,6 @@ def stream(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: f
             yield int(token)
             if t < max_new_tokens - 1:
                 with torch.inference_mode():
-                    logits = model(token[:, None], cache=cache)[0][:, -1]    # (1, V) one position
+                    logits = forward(token[:, None], cache=cache)[0][:, -1]  # (1, V) one position
     finally:
         model.train(was_training)
