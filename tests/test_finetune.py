@@ -10,7 +10,7 @@ import torch
 from helpers import corpus_text, limits, random_model
 from tinylm import Config
 from tinylm.finetune import main
-from tinylm.lora import LoRAConfig, adapter_chain, add_lora, load_adapter, lora_config, lora_layers, remove_lora, save_adapter
+from tinylm.lora import LoRAConfig, adapter_chain, adapter_state_dict, add_lora, load_adapter, lora_config, lora_layers, remove_lora, save_adapter
 from tinylm.tokenizer import BPETokenizer
 from tinylm.train import History, TrainConfig, load_weights, make_optimizer, save_checkpoint
 
@@ -121,6 +121,35 @@ def test_dpo_starts_from_an_adapter_and_reports_before_and_after(model_dir, tmp_
         adapter_chain(out / "adapter.safetensors")
 
 
+def test_dpo_patience_stops_early_and_keeps_the_best_adapter(model_dir, tmp_path, monkeypatch, capsys):
+    # the held-out loss scripted: best after step 1, then worse twice; --patience 2 stops after step 3
+    import tinylm.finetune as finetune
+    real, losses, adapters = finetune._objective, iter([0.69, 0.5, 0.6, 0.7, 0.4, 0.3]), []
+
+    def scripted(args, tc, model, tok, splits):
+        objective, held = real(args, tc, model, tok, splits)
+
+        def measure():
+            adapters.append({k: v.clone() for k, v in adapter_state_dict(model).items()})
+            return {"loss": next(losses)}
+        return objective, {**held, "measure": measure}
+
+    monkeypatch.setattr(finetune, "_objective", scripted)
+    out = tmp_path / "dpo"
+    assert main(["--model-dir", str(model_dir), "--out", str(out), "--method", "dpo", "--prefer", "shorter",
+                 "--samples", "3", "--pair-prompts", "6", "--steps", "10", "--batch-size", "2", "--lr", "1e-2",
+                 "--rank", "2", *RL_FAST, "--eval-every", "1", "--patience", "2"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [e["step"] for e in summary["dpo"]["evals"]] == [0, 1, 2, 3] and summary["steps"] == 3
+    assert summary["dpo"]["early_stopping"] == {"patience": 2, "metric": "val_loss", "best_step": 1,
+                                                "best_val_loss": 0.5, "steps_run": 3}
+    assert "stopped after step 3" in capsys.readouterr().out
+    saved = load_adapter(load_weights(model_dir), out / "adapter.safetensors")
+    for name, tensor in adapter_state_dict(saved).items():                 # step 1's adapter, not step 3's
+        assert torch.equal(tensor, adapters[1][name]), name
+    assert not torch.equal(adapters[1][name], adapters[3][name])
+
+
 def test_grpo_reports_the_reward_curve_and_the_time_split(model_dir, tmp_path, capsys):
     out = tmp_path / "grpo"
     assert main(["--model-dir", str(model_dir), "--out", str(out), "--method", "grpo", "--group-size", "3",
@@ -140,6 +169,8 @@ def test_grpo_reports_the_reward_curve_and_the_time_split(model_dir, tmp_path, c
     (["--method", "dpo", "--samples", "1"], "--samples must be >= 2"),
     (["--method", "dpo", "--beta", "0"], "--beta must be > 0"),
     (["--method", "grpo", "--max-new-tokens", "120"], "pass a smaller --max-new-tokens"),
+    (["--method", "grpo", "--patience", "2"], "--patience stops a --method dpo run"),
+    (["--method", "dpo", "--patience", "0"], "--patience must be a positive int"),
 ])
 def test_bad_rl_flags_are_usage_errors(model_dir, tmp_path, capsys, flags, message):
     with pytest.raises(SystemExit) as stop:

@@ -17,7 +17,7 @@ from tinylm import Config, TinyLM, corpus
 from tinylm.chat import ChatSession, encode_chat, encode_conversations, load_conversations, render_chat
 from tinylm.tokenizer import BPETokenizer
 from tinylm.train import (
-    DEFAULT_CHAT, DEFAULT_TEXT, MINI_COMPANION, STORIES_TEXT, ChatRows, History, TrainConfig, bits_per_byte, build_model, evaluate,
+    DEFAULT_CHAT, DEFAULT_TEXT, MINI_COMPANION, STORIES_TEXT, ChatRows, History, StopTraining, TrainConfig, bits_per_byte, build_model, evaluate,
     get_batch, load_checkpoint, load_mini_companion, lr_at, main, make_optimizer, pad_conversations, save_checkpoint,
     split_train_val, train,
 )
@@ -385,6 +385,27 @@ def test_train_returns_history_and_is_deterministic(stream):
     assert h1.loss == h2.loss and h1.val_loss == h2.val_loss
     assert h1.val_loss[-1] < h1.val_loss[0]
     assert all(n > 0 for n in h1.grad_norm)
+
+
+def test_on_eval_can_stop_the_run_early_and_the_history_ends_there(stream, tmp_path):
+    train_ids, val_ids = split_train_val(stream, 0.1)
+    cfg = TrainConfig(steps=12, batch_size=4, seq_len=32, lr=3e-3, min_lr=3e-4, warmup=2, eval_every=2, eval_batches=1)
+    said = []
+
+    def on_eval(step):
+        if step == 6:
+            raise StopTraining("enough")
+        return f"at {step}"
+
+    h = train(build_model(TINY, seed=0), train_ids, val_ids, cfg, out=tmp_path / "ckpt", progress=False,
+              log=said.append, on_eval=on_eval)
+    assert h.step == list(range(1, 7)) and h.val_step == [0, 2, 4, 6]      # the schedule's 12 steps cut at 6
+    assert h.lr == [lr_at(s, 3e-3, 3e-4, 2, 12) for s in range(6)]         # the schedule itself did not shrink
+    assert said[-1] == "stopped after step 6: enough" and "at 4" in said
+    assert load_checkpoint(tmp_path / "ckpt").step == 6                    # this evaluation's checkpoint is written
+    h0 = train(build_model(TINY, seed=0), train_ids, val_ids, cfg, progress=False,
+               on_eval=lambda step: (_ for _ in ()).throw(StopTraining("at once")))
+    assert h0.step == [] and h0.val_step == [0]                            # stopped at the first evaluation
 
 
 def test_grad_clip_limits_the_update(stream):

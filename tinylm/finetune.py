@@ -44,12 +44,12 @@ from .dpo import PREFERENCES, DPOObjective, make_pairs
 from .evaluate import TaskResult, evaluate_task, forgetting
 from .grpo import GRPOObjective
 from .logprobs import kl_to_reference
-from .lora import (INITS, TARGET_GROUPS, LoRAConfig, adapter_disabled, add_lora, check_lora_rank, count_trainable,
-                   load_adapter, remove_lora, save_adapter)
+from .lora import (INITS, TARGET_GROUPS, LoRAConfig, adapter_disabled, adapter_state_dict, add_lora, check_lora_rank,
+                   count_trainable, load_adapter, remove_lora, save_adapter)
 from .quantize import quantize
 from .tasks import TASKS, end_id, make_splits, prompt_ids, task_rows
 from .train.cli import add_dataclass_flags, given
-from .train.loop import Objective, TrainingDiverged, train
+from .train.loop import Objective, StopTraining, TrainingDiverged, train
 from .train.settings import TrainConfig
 
 # LoRA trains a few million weights from a good start: a higher peak rate than pretraining, no decay
@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "token added to the loss (Pang et al. 2024's RPO: 1; 0 is plain DPO) (default 0)")
     rl.add_argument("--prefer", default="correct", choices=tuple(PREFERENCES), help="dpo: which answer is chosen: "
                     "a right one over a wrong one, or the shortest over the longest (default correct)")
+    rl.add_argument("--patience", type=int, help="dpo: early stopping: end the run once the held-out pairs' loss "
+                    "has not improved for this many evaluations, and keep the adapter of the best one "
+                    "(default: off, every step runs)")
     rl.add_argument("--samples", type=int, default=4, help="dpo: answers sampled per prompt (default 4)")
     rl.add_argument("--pair-prompts", type=int, default=256, help="dpo: training problems sampled for pairs "
                     "(default 256)")
@@ -143,7 +146,7 @@ def _check(args: argparse.Namespace) -> LoRAConfig:
                          "state or step); start a new run with another --out, or start --method dpo or grpo from "
                          f"the run's adapter with --adapter {args.resume / ADAPTER}")
     for flag in ("n_train", "n_val", "n_test", "max_new_tokens", "eval_batch_size", "threads", "samples",
-                 "pair_prompts", "group_size", "updates_per_sample", "kl_samples"):
+                 "pair_prompts", "group_size", "updates_per_sample", "kl_samples", "patience"):
         value = getattr(args, flag)
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"--{flag.replace('_', '-')} must be a positive int, got {value}")
@@ -157,6 +160,9 @@ def _check(args: argparse.Namespace) -> LoRAConfig:
     if args.adapter is not None and args.method == "sft" and not args.baseline:
         raise ValueError("--adapter is a start for --method dpo or grpo (or what --baseline measures); "
                          "--method sft trains a new adapter on the base")
+    if args.patience is not None and (args.method != "dpo" or args.baseline):
+        raise ValueError("--patience stops a --method dpo run on its held-out pairs' loss; drop it for "
+                         f"{'--baseline' if args.baseline else '--method ' + args.method}")
     if args.method == "dpo" and args.samples < 2:
         raise ValueError(f"--samples must be >= 2 (a pair compares two answers), got {args.samples}")
     if args.method == "grpo" and args.group_size < 2:
@@ -290,20 +296,36 @@ def _run_rl(args: argparse.Namespace, tc: TrainConfig, lora: LoRAConfig, model, 
         return 2
     evals: list[dict] = []
     seconds = {"eval": 0.0}
+    if args.patience is not None and held["measure"] is None:
+        print("error: --patience needs held-out pairs, and the validation problems gave none; pass more "
+              "--samples or a higher --temperature, or drop --patience")
+        return 2
+    best: dict = {}                    # --patience: the best evaluation so far, and its adapter's tensors
 
     def on_eval(step: int) -> str | None:
         t = time.perf_counter()
-        if step:
-            save_adapter(model, args.out / ADAPTER, start=args.adapter)
         row: dict = {"step": step}
         if held["measure"] is not None:
             row |= {f"val_{k}": v for k, v in held["measure"]().items()}
+        if args.patience is None:
+            if step:
+                save_adapter(model, args.out / ADAPTER, start=args.adapter)
+        elif not best or row["val_loss"] < best["val_loss"]:       # a new best: keep it (step 0: the start)
+            best.update(step=step, val_loss=row["val_loss"], since=0,
+                        tensors={k: v.clone() for k, v in adapter_state_dict(model).items()})
+            if step:
+                save_adapter(model, args.out / ADAPTER, start=args.adapter)
+        else:
+            best["since"] += 1
         recent = [e for e in objective.log[-tc.eval_every:]] if step else []
         if recent:
             row |= {k: sum(e.get(k, 0.0) for e in recent) / len(recent) for k in ("loss", "reward", "margin")
                     if k in recent[0]}
         evals.append(row)
         seconds["eval"] += time.perf_counter() - t
+        if best and best["since"] >= args.patience:
+            raise StopTraining(f"the held-out loss has not gone below step {best['step']}'s "
+                               f"{best['val_loss']:.4g} for {args.patience} evaluations")
         return " | ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "val_n") if step else None
 
     t0 = time.perf_counter()
@@ -311,6 +333,12 @@ def _run_rl(args: argparse.Namespace, tc: TrainConfig, lora: LoRAConfig, model, 
     if isinstance(history, int):
         return history
     wall = time.perf_counter() - t0
+    if best:                                         # --patience: back to the best evaluation's adapter
+        with torch.no_grad():
+            for name, tensor in adapter_state_dict(model).items():
+                tensor.copy_(best["tensors"][name])
+        print(f"early stopping: the adapter of step {best['step']} (held-out loss {best['val_loss']:.4g}), "
+              f"after {history.step[-1]} steps")
     path = save_adapter(model, args.out / ADAPTER, start=args.adapter)   # the start named: chat stacks it
     sampling = objective.sample_seconds if isinstance(objective, GRPOObjective) else 0.0
     split = {"train_seconds": wall, "sampling_seconds": sampling, "eval_seconds": seconds["eval"],
@@ -329,6 +357,9 @@ def _run_rl(args: argparse.Namespace, tc: TrainConfig, lora: LoRAConfig, model, 
     method: dict = {"evals": evals, "log": objective.log}
     if args.method == "dpo":
         method |= {"beta": args.beta, "nll_coef": args.nll_coef, "samples": args.samples, "pairs": held["pairs"]}
+        if best:
+            method["early_stopping"] = {"patience": args.patience, "metric": "val_loss", "best_step": best["step"],
+                                        "best_val_loss": best["val_loss"], "steps_run": history.step[-1]}
     else:
         method |= {"group_size": args.group_size, "kl_coef": args.kl_coef, "clip_eps": args.clip_eps,
                    "updates_per_sample": args.updates_per_sample,

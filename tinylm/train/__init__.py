@@ -15,7 +15,7 @@ from .checkpoint import (Checkpoint, load_checkpoint, load_mini_companion, load_
                          save_checkpoint)
 from .cli import build_parser, main, pick_device
 from .loop import (
-    ChatRows, Objective, TrainingDiverged, bits_per_byte, build_model, evaluate, get_batch, lr_at, make_optimizer,
+    ChatRows, Objective, StopTraining, TrainingDiverged, bits_per_byte, build_model, evaluate, get_batch, lr_at, make_optimizer,
     pad_conversations, split_train_val, train,
 )
 from .settings import DATA_DIR, DEFAULT_CHAT, DEFAULT_TEXT, MINI_COMPANION, STORIES_TEXT, History, TrainConfig
@@ -23,7 +23,7 @@ from .settings import DATA_DIR, DEFAULT_CHAT, DEFAULT_TEXT, MINI_COMPANION, STOR
 __all__ = [
     "ChatRows", "Checkpoint", "DATA_DIR", "DEFAULT_CHAT", "DEFAULT_TEXT", "History", "MINI_COMPANION", "Objective",
     "STORIES_TEXT", "TrainConfig",
-    "TrainingDiverged", "bits_per_byte", "build_model", "build_parser", "evaluate", "get_batch", "load_checkpoint",
+    "StopTraining", "TrainingDiverged", "bits_per_byte", "build_model", "build_parser", "evaluate", "get_batch", "load_checkpoint",
     "load_mini_companion", "load_weights", "lr_at", "main", "make_optimizer", "pad_conversations", "pick_device",
     "read_checkpoint_config", "save_checkpoint", "split_train_val", "train",
 ]

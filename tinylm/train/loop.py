@@ -268,6 +268,11 @@ def split_train_val(tokens: torch.Tensor, val_fraction: float = 0.05) -> tuple[t
     return tokens[:cut], tokens[cut:]
 
 
+class StopTraining(Exception):
+    """Raised by `train`'s on_eval to end the run after this evaluation (early stopping): train returns the
+    History so far, with the checkpoint of this evaluation written as usual. The message is logged."""
+
+
 class TrainingDiverged(ValueError):
     """The loss or the gradient norm stopped being finite: `train` stopped before the update (and saved nothing).
 
@@ -313,7 +318,8 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows | Objective,
     progress: show a tqdm bar with the loss and tokens per second. bf16: run the forward pass under bfloat16
     autocast (cuda or cpu; the weights, gradients and optimizer stay fp32). tokenizer: saved with every
     checkpoint (tokenizer.json), so that the folder is complete. on_eval: called after each evaluation with
-    the step; a string it returns is logged (the CLI's sample of the model's text).
+    the step; a string it returns is logged (the CLI's sample of the model's text); raising `StopTraining`
+    ends the run there (early stopping: the schedule does not shrink, the run only ends sooner).
 
     config.minutes: a wall-clock budget. The run stops after the first step that ends past it (evaluations,
     samples and checkpoints count: it is the learner's clock), then evaluates and saves; config.steps is
@@ -369,7 +375,8 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows | Objective,
     if chat and train_labels is not None:
         raise ValueError("ChatRows carry their own labels: pass train_labels only with a token stream")
 
-    def run_eval(step: int) -> None:
+    def run_eval(step: int) -> bool:
+        """Evaluate after `step`; True where on_eval asked the run to stop."""
         if val_tokens is not None:
             loss, ppl = evaluate(model, val_tokens, cfg.batch_size, cfg.seq_len, cfg.eval_batches, val_labels)
             if not math.isfinite(loss):
@@ -381,13 +388,19 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows | Objective,
                 train_loss = f"train loss {history.loss[-1]:.3f} | " if history.loss else ""
                 clock = f" | {history.time[-1]:6.1f} s" if history.time else ""
                 log(f"step {step:>6} | {train_loss}val loss {loss:.3f} | val ppl {ppl:.1f}{clock}")
+        stop_now = False
         if on_eval is not None and rank == 0:
-            said = on_eval(step)
+            try:
+                said = on_eval(step)
+            except StopTraining as e:
+                said, stop_now = f"stopped after step {step}: {e}", True
             if said and log:
                 log(said)
+        return distributed.broadcast_object(stop_now)   # every rank stops together
 
     if start == 0 and not history.val_step:
-        run_eval(0)                                     # the starting point: about ln(vocab_size)
+        if run_eval(0):                                 # the starting point: about ln(vocab_size)
+            return history
     model.train()
     bar = tqdm(range(start, stop), initial=start, total=None if budget else cfg.steps,
                disable=not progress or rank != 0, desc="training", dynamic_ncols=True)
@@ -449,11 +462,13 @@ def train(model: TinyLM, train_tokens: torch.Tensor | ChatRows | Objective,
             spent = budget is not None and history.time[-1] >= budget
             if (step + 1) % cfg.eval_every == 0 or step + 1 in (cfg.steps, stop) or spent:
                 history.tokens_per_s.append(tok_s)
-                run_eval(step + 1)
+                stop_now = run_eval(step + 1)
                 if out is not None and rank == 0:              # the plain model: no DDP "module." prefix
                     save_checkpoint(out, model, optimizer, step + 1, cfg, sampler, history, extra, tokenizer)
                 saved_step = step + 1 if out is not None else None
                 t0, tokens_timed = time.perf_counter(), 0   # don't count evaluation and saving as training time
+                if stop_now:
+                    break
             if spent:
                 break
     finally:
