@@ -121,6 +121,30 @@ def test_dpo_starts_from_an_adapter_and_reports_before_and_after(model_dir, tmp_
         adapter_chain(out / "adapter.safetensors")
 
 
+def test_sft_on_chosen_answers_copies_the_pairs_chosen_answers(model_dir, tmp_path, monkeypatch):
+    # --answers chosen: DPO's pairs from the base model, the loss on each chosen answer and never on the prompt
+    import tinylm.finetune as finetune
+    seen = {}
+    make_pairs, chosen_rows = finetune._pairs, finetune._chosen_rows
+    monkeypatch.setattr(finetune, "_pairs", lambda *a: seen.setdefault("pairs", make_pairs(*a)))
+    monkeypatch.setattr(finetune, "_chosen_rows", lambda pairs, pad: seen.setdefault(
+        "rows" if "rows" not in seen else "val_rows", chosen_rows(pairs, pad)))
+    out = tmp_path / "chosen"
+    assert main(["--model-dir", str(model_dir), "--out", str(out), "--answers", "chosen", "--prefer", "shorter",
+                 "--samples", "3", "--pair-prompts", "6", "--steps", "2", "--batch-size", "2", "--rank", "2",
+                 *RL_FAST]) == 0
+    pairs, val_pairs, info = seen["pairs"]
+    assert pairs and len(seen["rows"]) == len(pairs) == info["train_pairs"]
+    for pair, (ids, labels) in zip(pairs, seen["rows"].encoded):
+        assert len(pair.chosen) < len(pair.rejected)                    # shorter: the chosen answer is shorter
+        assert ids == pair.prompt + pair.chosen
+        assert labels == [-100] * len(pair.prompt) + pair.chosen
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["answers"] == "chosen" and summary["pairs"] == info and summary["steps"] == 2
+    assert len(summary["test"]["reply_chars"]) == summary["test"]["n"] == 4
+    assert summary["test"]["reply_chars"] == [len(e["reply"]) for e in summary["examples"]][:4]
+
+
 def test_dpo_patience_stops_early_and_keeps_the_best_adapter(model_dir, tmp_path, monkeypatch, capsys):
     # the held-out loss scripted: best after step 1, then worse twice; --patience 2 stops after step 3
     import tinylm.finetune as finetune
@@ -171,6 +195,9 @@ def test_grpo_reports_the_reward_curve_and_the_time_split(model_dir, tmp_path, c
     (["--method", "grpo", "--max-new-tokens", "120"], "pass a smaller --max-new-tokens"),
     (["--method", "grpo", "--patience", "2"], "--patience stops a --method dpo run"),
     (["--method", "dpo", "--patience", "0"], "--patience must be a positive int"),
+    (["--method", "dpo", "--answers", "chosen"], "--answers chosen is what --method sft copies"),
+    (["--baseline", "--answers", "chosen"], "--baseline trains nothing"),
+    (["--answers", "chosen", "--samples", "1"], "--samples must be >= 2"),
 ])
 def test_bad_rl_flags_are_usage_errors(model_dir, tmp_path, capsys, flags, message):
     with pytest.raises(SystemExit) as stop:

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ._checks import check_threads
+from ._checks import IGNORE_INDEX, check_threads
 from .chat import load_chat_model
 from .dpo import PREFERENCES, DPOObjective, make_pairs
 from .evaluate import TaskResult, evaluate_task, forgetting
@@ -49,7 +49,7 @@ from .lora import (INITS, TARGET_GROUPS, LoRAConfig, adapter_disabled, adapter_s
 from .quantize import quantize
 from .tasks import TASKS, end_id, make_splits, prompt_ids, task_rows
 from .train.cli import add_dataclass_flags, given
-from .train.loop import Objective, StopTraining, TrainingDiverged, train
+from .train.loop import ChatRows, Objective, StopTraining, TrainingDiverged, train
 from .train.settings import TrainConfig
 
 # LoRA trains a few million weights from a good start: a higher peak rate than pretraining, no decay
@@ -60,6 +60,7 @@ METHOD_DEFAULTS = {"sft": {},
                    "dpo": {"steps": 200, "batch_size": 8, "lr": 2e-4, "min_lr": 2e-5, "warmup": 10, "eval_every": 25},
                    "grpo": {"steps": 100, "batch_size": 4, "lr": 1e-4, "min_lr": 1e-5, "warmup": 5, "eval_every": 10}}
 METHODS = tuple(METHOD_DEFAULTS)
+ANSWERS = ("task", "chosen")    # --method sft copies the task's answers, or the chosen answers of --prefer's pairs
 ADAPTER, SUMMARY, BASELINE = "adapter.safetensors", "summary.json", "baseline.json"
 N_EXAMPLES = 8   # test problems shown (and saved) with their replies
 
@@ -109,9 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--patience", type=int, help="dpo: early stopping: end the run once the held-out pairs' loss "
                     "has not improved for this many evaluations, and keep the adapter of the best one "
                     "(default: off, every step runs)")
-    rl.add_argument("--samples", type=int, default=4, help="dpo: answers sampled per prompt (default 4)")
-    rl.add_argument("--pair-prompts", type=int, default=256, help="dpo: training problems sampled for pairs "
-                    "(default 256)")
+    rl.add_argument("--answers", default="task", choices=ANSWERS, help="sft: what the loss copies: the task's "
+                    "answers, or the chosen answers of the pairs --prefer makes from the base model's own samples "
+                    "(SFT on chosen: DPO's pairs without the rejected answers) (default task)")
+    rl.add_argument("--samples", type=int, default=4, help="dpo (and sft --answers chosen): answers sampled per "
+                    "prompt (default 4)")
+    rl.add_argument("--pair-prompts", type=int, default=256, help="dpo (and sft --answers chosen): training "
+                    "problems sampled for pairs (default 256)")
     rl.add_argument("--group-size", type=int, default=8, help="grpo: G, answers sampled per prompt (default 8)")
     rl.add_argument("--kl-coef", type=float, default=0.0, help="grpo: β of the KL penalty to the reference "
                     "(DeepSeekMath: 0.04) (default 0)")
@@ -163,7 +168,11 @@ def _check(args: argparse.Namespace) -> LoRAConfig:
     if args.patience is not None and (args.method != "dpo" or args.baseline):
         raise ValueError("--patience stops a --method dpo run on its held-out pairs' loss; drop it for "
                          f"{'--baseline' if args.baseline else '--method ' + args.method}")
-    if args.method == "dpo" and args.samples < 2:
+    if args.answers == "chosen" and (args.method != "sft" or args.baseline):
+        raise ValueError("--answers chosen is what --method sft copies; "
+                         f"{'--baseline trains nothing' if args.baseline else '--method ' + args.method + ' makes its own'}"
+                         "; drop it")
+    if (args.method == "dpo" or args.answers == "chosen") and args.samples < 2:
         raise ValueError(f"--samples must be >= 2 (a pair compares two answers), got {args.samples}")
     if args.method == "grpo" and args.group_size < 2:
         raise ValueError(f"--group-size must be >= 2 (the group is the baseline), got {args.group_size}")
@@ -211,10 +220,11 @@ def _examples(result: TaskResult, base: TaskResult | None) -> list[dict]:
 
 
 def _accuracy(result: TaskResult) -> dict:
-    """The test figures, and which problems were right (1) or wrong (0) in the problems' order: two scorings of
-    the same problems (the start and the end) can then be paired (`tinylm.stats.mcnemar`)."""
+    """The test figures, which problems were right (1) or wrong (0) and each reply's length in characters, in the
+    problems' order: two scorings of the same problems (the start and the end) can then be paired
+    (`tinylm.stats.mcnemar`, `paired_t`)."""
     return {"correct": result.correct, "n": result.n, "accuracy": result.accuracy, "interval95": result.interval,
-            "right": [int(r) for r in result.right]}
+            "right": [int(r) for r in result.right], "reply_chars": [len(r) for r in result.replies]}
 
 
 def _add_adapter(model, lora: LoRAConfig, tc: TrainConfig) -> tuple[int, int]:
@@ -253,15 +263,9 @@ def _forgetting(model, tok, adapted: TaskResult, base: TaskResult | None, t_eval
     return forgot
 
 
-def _objective(args: argparse.Namespace, tc: TrainConfig, model, tok, splits) -> tuple[Objective, dict]:
-    """The method's Objective (DPO: pairs made from the start model now), and what it measures on held-out data
-    ({"measure": a function of nothing, or None; "pairs": counts})."""
-    pad = end_id(tok)
-    if args.method == "grpo":
-        return GRPOObjective(tok, splits["train"], args.group_size, max_new_tokens=args.max_new_tokens,
-                             temperature=args.temperature, kl_coef=args.kl_coef, clip_eps=args.clip_eps,
-                             updates_per_sample=args.updates_per_sample, seed=tc.seed, pad_id=pad,
-                             gen_batch_size=args.eval_batch_size), {"measure": None}
+def _pairs(args: argparse.Namespace, tc: TrainConfig, model, tok, splits) -> tuple[list, list, dict]:
+    """Preference pairs from the model's own answers (`make_pairs`, --prefer): from the first --pair-prompts
+    training problems (seeded with --seed) and from the validation problems (--seed + 1), and their counts."""
     t0 = time.perf_counter()
     make = lambda problems, seed: make_pairs(model, tok, problems, args.samples, args.prefer,  # noqa: E731
                                              args.max_new_tokens, args.temperature, seed, args.eval_batch_size)
@@ -275,6 +279,25 @@ def _objective(args: argparse.Namespace, tc: TrainConfig, model, tok, splits) ->
         raise ValueError(f"no preference pair: the {args.samples} answers to every prompt were all "
                          f"{'right or all wrong' if args.prefer == 'correct' else 'as long'}; pass more --samples, "
                          "a higher --temperature, more --pair-prompts or another --prefer")
+    return pairs, val_pairs, info
+
+
+def _chosen_rows(pairs: list, pad_id: int) -> ChatRows:
+    """SFT rows of the pairs' chosen answers: prompt + chosen (with its stop token where the model wrote one),
+    the loss on the answer only, as `task_rows` makes them from the task's answers."""
+    return ChatRows([(p.prompt + p.chosen, [IGNORE_INDEX] * len(p.prompt) + p.chosen) for p in pairs], pad_id)
+
+
+def _objective(args: argparse.Namespace, tc: TrainConfig, model, tok, splits) -> tuple[Objective, dict]:
+    """The method's Objective (DPO: pairs made from the start model now), and what it measures on held-out data
+    ({"measure": a function of nothing, or None; "pairs": counts})."""
+    pad = end_id(tok)
+    if args.method == "grpo":
+        return GRPOObjective(tok, splits["train"], args.group_size, max_new_tokens=args.max_new_tokens,
+                             temperature=args.temperature, kl_coef=args.kl_coef, clip_eps=args.clip_eps,
+                             updates_per_sample=args.updates_per_sample, seed=tc.seed, pad_id=pad,
+                             gen_batch_size=args.eval_batch_size), {"measure": None}
+    pairs, val_pairs, info = _pairs(args, tc, model, tok, splits)
     held_out = DPOObjective(model, val_pairs, args.beta, pad, args.eval_batch_size, args.nll_coef) \
         if val_pairs else None
     return DPOObjective(model, pairs, args.beta, pad, args.eval_batch_size, args.nll_coef), \
@@ -427,6 +450,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.method != "sft":
         return _run_rl(args, tc, lora, model, tok, name, splits, evaluate)
+    pairs_info = None
+    if args.answers == "chosen":        # the base model's own answers: the chosen one of each pair is copied
+        try:
+            pairs, val_pairs, pairs_info = _pairs(args, tc, model, tok, splits)
+        except ValueError as e:
+            print(f"error: {e}")
+            return 2
+        train_rows = _chosen_rows(pairs, end_id(tok))
+        val_rows = _chosen_rows(val_pairs, end_id(tok)) if val_pairs else None
+        longest = max(len(ids) for ids, _ in train_rows.encoded + (val_rows.encoded if val_rows else []))
     if longest > tc.seq_len + 1:
         parser.error(f"rows are up to {longest} tokens, more than --seq-len + 1 = {tc.seq_len + 1}: answers would "
                      f"be cut; pass --seq-len {longest - 1}")
@@ -456,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     forgot = _forgetting(model, tok, adapted, base, t_eval)
     summary = {
         "command": COMMAND + sys.argv[1:], "base": name, "format": args.format, "task": args.task,
-        "lora": asdict(lora),
+        "lora": asdict(lora), "answers": args.answers, **({"pairs": pairs_info} if pairs_info else {}),
         "train": asdict(tc), "trainable_params": trainable, "total_params": total, "steps": history.step[-1],
         "train_seconds": wall, "tokens_per_s": tokens, "peak_memory_bytes": peak, "adapter_bytes": path.stat().st_size,
         "final_train_loss": history.loss[-1], "val_loss": dict(zip(history.val_step, history.val_loss)),
