@@ -340,3 +340,12 @@ def test_the_cases_follow_the_answers_code_the_same_on_every_run():
     assert case_seed(lambda x: x + 1) != case_seed(lambda x: x + 2)      # a constant changes the draw
     wrapped = lambda x, w: half_wrong(x, w)
     assert check_function(wrapped, _rms, draw, seed_from=half_wrong).message == first
+
+
+def test_a_table_refuses_a_column_without_a_header():
+    from tinylm.book import table
+
+    with pytest.raises(ValueError, match=r"column\(s\) \[0, 2\] have an empty header"):
+        table(["", "mean", " "], [["a", "1", "2"]])
+    shown = table(["measure", "mean"], [["a", "1"]])
+    assert "<th>measure</th>" in shown._repr_html_() and "<th></th>" not in shown._repr_html_()

@@ -114,6 +114,10 @@ class Table:
     def __init__(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str = ""):
         if any(len(r) != len(headers) for r in rows):
             raise ValueError(f"every row needs {len(headers)} cells, one per header")
+        blank = [i for i, h in enumerate(headers) if not str(h).strip()]
+        if blank:
+            # a screen reader announces each cell by its column's header (axe: empty-table-header)
+            raise ValueError(f"column(s) {blank} have an empty header: name every column, e.g. 'measure'")
         self.headers, self.rows, self.title = [str(h) for h in headers], [[str(c) for c in r] for r in rows], title
 
     def __repr__(self) -> str:
