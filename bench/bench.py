@@ -241,7 +241,7 @@ def bench_smollm2(repeats: int, rounds: int) -> None:
 # ---------------------------------------------------------------------------------------------
 FMT_PROMPT, FMT_LONG = 64, 512
 FMT_NEW = 128                # greedy tokens per decode; --new changes it (a smoke test)
-FORMATS = ("fp32", "bf16", "int8", "w8a8", "q4")
+FORMATS = ("fp32", "bf16", "int8", "w8a8", "q4", "q4a8")
 CPU_FLAGS = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "amx_tile", "amx_int8", "amx_bf16")
 LLAMA_ENV = "LLAMA_CPP_PYTHON"
@@ -285,15 +285,17 @@ def memory_bandwidth(mib: int = 512, repeats: int = 7) -> float:
 
 
 def format_models(ours: TinyLM) -> dict[str, TinyLM]:
-    """fp32 (the dequantized file), bf16, int8, w8a8 converted from it, and q4: the file's own 4-bit blocks."""
+    """fp32 (the dequantized file), bf16, int8, w8a8 converted from it, q4: the file's own 4-bit blocks, and
+    q4a8: the same blocks against 8-bit activations."""
     import copy
 
     from tinylm.gguf_q4 import load_gguf_q4
     from tinylm.pretrained import smollm2_gguf_path
-    from tinylm.quantize import quantize
+    from tinylm.quantize import quantize, to_q4a8
 
-    return {"fp32": ours, **{f: quantize(copy.deepcopy(ours), f) for f in FORMATS[1:-1]},
-            "q4": load_gguf_q4(smollm2_gguf_path())[0]}
+    q4 = load_gguf_q4(smollm2_gguf_path())[0]
+    return {"fp32": ours, **{f: quantize(copy.deepcopy(ours), f) for f in ("bf16", "int8", "w8a8")},
+            "q4": q4, "q4a8": to_q4a8(copy.deepcopy(q4))}
 
 
 def cpu_flags() -> str:
@@ -402,11 +404,13 @@ def _format_memory_child(impl: str, threads: str) -> None:
         del ours
         fn = _hf_fns(model, prompt, FMT_NEW)[1]
     else:
-        if impl == "q4":
+        if impl in ("q4", "q4a8"):
             from tinylm.gguf_q4 import load_gguf_q4
+            from tinylm.quantize import to_q4a8
 
             del ours
             model = load_gguf_q4(smollm2_gguf_path())[0]
+            model = to_q4a8(model) if impl == "q4a8" else model
         else:
             model = ours if impl == "fp32" else quantize(ours, impl)
         fn = _ours_fns(model, prompt, FMT_NEW)[1]
@@ -449,12 +453,16 @@ def autocast_training(steps: int = 10, threads: int = 1) -> dict[str, tuple[floa
 def kernel_table(threads: int, repeats: int = 7) -> dict[str, dict[str, float]]:
     """Seconds of one (1, K) x (K, N) product at decode's M = 1, on SmolLM2's linear shapes, for the ways to
     multiply by a weight: fp32 F.linear, bf16 F.linear, int8 `_weight_int8pack_mm` (bf16 activations), int8
-    dequantize fallback, W8A8 (fbgemm at one row: quantizing the activations included) and q4 (the int4 kernel);
-    median of `repeats` interleaved rounds. Measured before choosing Int8Linear's, W8A8Linear's and the tied
+    dequantize fallback, W8A8 (fbgemm at one row: quantizing the activations included), q4 (the int4 kernel),
+    q4a8 and int8 x a8 (tinylm.a8's integer dot products, quantizing the activations included); median of `repeats` interleaved rounds. Measured before choosing Int8Linear's, W8A8Linear's and the tied
     head's paths."""
     import torch.nn.functional as F
 
+    from tinylm.a8 import Int8A8Linear
     from tinylm.quantize import KERNEL, Int8Linear, quantized_linear
+
+    def to_q4a8_head(layer):
+        return Int8A8Linear(layer.weight, layer.scale)
 
     torch.set_num_threads(threads)
     shapes = {"q_proj, o_proj": (576, 576), "k_proj, v_proj": (192, 576), "gate_proj, up_proj": (1536, 576),
@@ -471,8 +479,10 @@ def kernel_table(threads: int, repeats: int = 7) -> dict[str, dict[str, float]]:
             fns["int8 kernel"] = lambda: fast(x)
         fallback = fns["int8 fallback"]
         fns["int8 fallback"] = lambda: fallback(x)
-        w8a8, q4 = quantized_linear(w, "w8a8"), quantized_linear(w, "q4")
-        fns["w8a8"], fns["q4 kernel"] = lambda: w8a8(x), lambda: q4(x)
+        w8a8, q4, q4a8 = (quantized_linear(w, f) for f in ("w8a8", "q4", "q4a8"))
+        fns["w8a8"], fns["q4 kernel"], fns["q4a8"] = lambda: w8a8(x), lambda: q4(x), lambda: q4a8(x)
+        i8a8 = to_q4a8_head(Int8Linear(w))
+        fns["int8 x a8"] = lambda: i8a8(x)
         inner = 3 if n > 10_000 else 50
         times = {f: [] for f in fns}
         with torch.no_grad():

@@ -327,23 +327,27 @@ def test_smollm2_streams_what_it_asks_and_keeps_chatml_specials_out_of_messages(
     assert "Paris" in streamed
 
 
-def test_auto_format_is_q4_where_the_widths_allow_it_else_int8():
+def test_auto_format_is_q4a8_where_the_widths_and_a_compiler_allow_it_then_q4_then_int8(monkeypatch):
     fits = random_model(Config(vocab_size=64, dim=64, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=96,
                                max_seq_len=16))
     narrow = random_model(Config(vocab_size=64, dim=48, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=96,
                                  max_seq_len=16))                    # 48 is no multiple of Q4_1's 32
-    assert chat_module.pick_format(fits, "auto") == "q4"
+    from tinylm import a8
+    from tinylm.quantize import quantize
+
+    assert chat_module.pick_format(fits, "auto") == ("q4a8" if a8.available() else "q4")
     assert chat_module.pick_format(narrow, "auto") == "int8"
     assert chat_module.pick_format(narrow, "fp32") == "fp32"
     assert chat_module.build_parser().parse_args([]).format == "auto"
-    from tinylm.quantize import quantize
-    quantize(fits, "q4")                                             # what auto chose works
+    quantize(fits, chat_module.pick_format(fits, "auto"))            # what auto chose works
+    monkeypatch.setattr(a8, "kernels", lambda: None)                 # no C++ compiler: q4
+    assert chat_module.pick_format(fits, "auto") == "q4"
 
 
-def test_auto_compiles_int8_and_q4_where_a_compiler_is_found(monkeypatch):
+def test_auto_compiles_int8_q4_and_q4a8_where_a_compiler_is_found(monkeypatch):
     monkeypatch.setattr(chat_module, "cxx_compiler", lambda: "g++")
-    assert [chat_module.pick_compiled(f, "auto") for f in ("fp32", "bf16", "int8", "w8a8", "q4")] == \
-        [False, False, True, False, True]
+    assert [chat_module.pick_compiled(f, "auto") for f in ("fp32", "bf16", "int8", "w8a8", "q4", "q4a8")] == \
+        [False, False, True, False, True, True]
     assert chat_module.pick_compiled("fp32", "on") and not chat_module.pick_compiled("q4", "off")
     monkeypatch.setattr(chat_module, "cxx_compiler", lambda: None)     # no g++: auto decodes eagerly
     assert not chat_module.pick_compiled("q4", "auto")

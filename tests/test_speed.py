@@ -35,7 +35,7 @@ def test_the_timing_process_runs_without_the_pins_and_reports_the_cpu():
 
 
 def test_the_timing_process_loads_what_its_jobs_use_and_times_nothing_once_its_caller_has_gone():
-    assert speed.formats_needed({"formats": {}}) == list(speed.FORMATS)               # the default: all five
+    assert speed.formats_needed({"formats": {}}) == list(speed.FORMATS)               # the default: all six
     assert speed.formats_needed({"threads": {"formats": ["q4"]}, "batch": {}, "machine": {}}) == ["fp32", "q4"]
     assert speed.formats_needed({"overhead": {}}) == []
     assert speed.formats_needed({"compiled": {}}) == ["fp32", "q4"]

@@ -14,7 +14,7 @@ out the loss on tokens from the user prompt": Touvron et al., 2023).
 A real model's tokenizer brings its own template (ChatML for SmolLM2); `encode_chat` and `ChatSession` use
 whichever template the tokenizer carries.
 
-    python -m tinylm.chat                                  # SmolLM2-135M-Instruct, 4-bit (q4) weights, compiled
+    python -m tinylm.chat                                  # SmolLM2-135M-Instruct, 4-bit weights (q4a8), compiled
     python -m tinylm.chat --adapter runs/lora/adapter.safetensors --format fp32
 
 In the terminal: /reset forgets the conversation, /quit (or Ctrl-D) leaves, Ctrl-C stops a reply (not the
@@ -33,6 +33,7 @@ from typing import Iterator
 
 import torch
 
+from . import a8
 # IGNORE_INDEX: the label of a position the loss skips
 from ._checks import IGNORE_INDEX, check_bool, check_int, check_number, check_threads
 from .chat_template import COURSE, ChatTemplate, check_messages
@@ -309,11 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adapter", type=Path, help="a LoRA adapter (python -m tinylm.finetune's adapter.safetensors), "
                    "merged into the weights before they are converted to --format")
     p.add_argument("--format", default="auto", choices=("auto", *FORMATS),
-                   help="weight format (default auto: q4 where the model's widths allow it, else int8; q4 "
-                        "decoded fastest and closest to fp32 in chapter 15 and docs/benchmarks.md)")
+                   help="weight format (default auto: q4a8 where the model's widths allow it and its kernels "
+                        "build, else q4, else int8; q4a8 decoded fastest in docs/benchmarks.md)")
     p.add_argument("--compiled", default="auto", choices=("auto", "on", "off"),
                    help="decode through one transformer block compiled by torch.compile (needs a C++ compiler; "
-                        "default auto: on for int8 and q4 where g++ is found, off for fp32 and bf16, which it "
+                        "default auto: on for int8, q4 and q4a8 where g++ is found, off for fp32 and bf16, which it "
                         "made slower in docs/benchmarks.md)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="longest reply in tokens (default 256)")
     p.add_argument("--temperature", type=float, default=0.7, help="0 is greedy (default 0.7)")
@@ -358,6 +359,8 @@ def check_flags(args: argparse.Namespace) -> int:
         if cxx_compiler() is None:
             raise ValueError("--compiled on needs a C++ compiler for torch.compile (g++, or the one $CXX names), "
                              "and none was found; install g++, or pass --compiled off")
+    if args.format == "q4a8":
+        a8.require()                                 # its kernels build with the C++ compiler, or say so
     if args.adapter is not None:
         adapter_chain(args.adapter)                  # tinylm adapter files (and a DPO run's start), metadata alone
     return context
@@ -367,17 +370,19 @@ FORMATS = ("fp32", *QUANTIZED)                   # the model as loaded, and what
 
 
 def pick_format(model: TinyLM, asked: str) -> str:
-    """The weight format to chat in: the one asked for, or for "auto" q4 where every linear layer's input
-    width is a multiple of 32 (Q4_1's block; SmolLM2's are), else int8. Measured (chapter 15 on an AMD EPYC,
-    docs/benchmarks.md on an Intel Xeon): q4 decoded fastest of the five and changed perplexity least
-    (+0.17% against int8's +0.59%)."""
+    """The weight format to chat in: the one asked for, or for "auto" q4a8 where every linear layer's input
+    width is a multiple of 32 (Q4_1's block; SmolLM2's are) and its kernels build here (a C++ compiler), q4
+    where only the widths fit, else int8. Measured (docs/benchmarks.md): q4a8 decoded fastest of the six,
+    with a perplexity within Q4_1's own change."""
     if asked != "auto":
         return asked
     widths = [m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    return "q4" if all(w % 32 == 0 for w in widths) else "int8"
+    if not all(w % 32 == 0 for w in widths):
+        return "int8"
+    return "q4a8" if a8.available() else "q4"
 
 
-COMPILED_HELPS = ("int8", "q4")     # the formats the compiled block made faster at 1 and 2 threads
+COMPILED_HELPS = ("int8", "q4", "q4a8")   # the formats the compiled block made faster at 1 and 2 threads
 
 
 def pick_compiled(fmt: str, asked: str) -> bool:

@@ -14,6 +14,9 @@ Decoding one token reads every weight once, so fewer bytes per weight is more to
     q4      0.5625         4-bit codes in blocks of 32 with a scale and a zero each, llama.cpp's Q4_1
                            (`tinylm.q4.Q4Linear`, torch's int4 kernel); `tinylm.gguf_q4.load_gguf_q4` runs a
                            GGUF file's own Q4_0/Q4_1 blocks this way, with nothing requantized
+    q4a8    0.75           q4's weights (d and m kept in fp32), and the activations quantized to 8 bits per
+                           block of 32: integer dot products, as llama.cpp does (`tinylm.a8`, a C++ kernel
+                           compiled on first use; an int8 head runs the same way). `to_q4a8` converts a q4 model
 
 int8, per output channel, symmetric (as in LLM.int8's vector-wise quantization, Dettmers et al., 2022):
 
@@ -36,14 +39,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import a8
 from ._checks import check_bool, check_int, check_one_of
+from .a8 import Q4A8Linear
 from .generate import generate
 from .kernels import HAVE_INT8PACK, int8pack_fits
 from .model import TinyLM
 from .q4 import GROUP, Q4Linear, quantize_q4_1
 from .w8a8 import W8A8Linear
 
-FORMATS = ("bf16", "int8", "w8a8", "q4")
+FORMATS = ("bf16", "int8", "w8a8", "q4", "q4a8")
 # torch's fused kernel for int8 weights and bf16 activations (CPU since torch 2.4); else the fallback
 KERNEL = HAVE_INT8PACK
 
@@ -123,21 +128,23 @@ def _linears(model: TinyLM, head: bool) -> list[tuple[nn.Module, str, nn.Linear]
 
 
 def weight_format(model: TinyLM) -> str:
-    """'fp32', 'bf16', 'int8', 'w8a8' or 'q4': the format `quantize` (or `load_gguf_q4`) left the model in."""
-    for kind, fmt in ((Q4Linear, "q4"), (W8A8Linear, "w8a8"), (Int8Linear, "int8")):
+    """'fp32', 'bf16', 'int8', 'w8a8', 'q4' or 'q4a8': the format `quantize` (or `load_gguf_q4`, `to_q4a8`) left
+    the model in."""
+    for kind, fmt in ((Q4A8Linear, "q4a8"), (Q4Linear, "q4"), (W8A8Linear, "w8a8"), (Int8Linear, "int8")):
         if any(isinstance(m, kind) for m in model.modules()):
             return fmt
     return "bf16" if model.embed_tokens.weight.dtype == torch.bfloat16 else "fp32"
 
 
 def quantize(model: TinyLM, fmt: str, head: bool = True, kernel: bool = KERNEL) -> TinyLM:
-    """Convert a fp32 TinyLM to `fmt` ("bf16", "int8", "w8a8" or "q4") in place, for inference; return it
-    (in eval mode). An int8 model becomes w8a8 on its own int8 weights and scales (the same as from fp32).
+    """Convert a fp32 TinyLM to `fmt` ("bf16", "int8", "w8a8", "q4" or "q4a8") in place, for inference; return
+    it (in eval mode). An int8 model becomes w8a8 on its own int8 weights and scales (the same as from fp32), a
+    q4 model q4a8 (`to_q4a8`).
 
     head (int8, w8a8, q4): quantize the output head too (a tied head gets its own copy, the embedding stays
     fp32). kernel (int8, q4): use torch's kernel where it fits (True) or the readable fallback everywhere
     (False). q4 quantizes each weight as llama.cpp's Q4_1 does (`tinylm.q4.quantize_q4_1`) and needs every
-    in_features a multiple of 32. `generate` and `model.new_cache()` work unchanged (bf16: a bf16 cache).
+    in_features a multiple of 32; q4a8 is q4 then `to_q4a8` (it needs a C++ compiler: `tinylm.a8`). `generate` and `model.new_cache()` work unchanged (bf16: a bf16 cache).
     """
     if not isinstance(model, TinyLM):
         raise ValueError(f"model must be a tinylm.TinyLM, got {type(model).__name__}")
@@ -154,6 +161,8 @@ def quantize(model: TinyLM, fmt: str, head: bool = True, kernel: bool = KERNEL) 
                 if isinstance(child, Int8Linear):
                     setattr(parent, name, W8A8Linear(child.weight, child.scale))
         return model.eval().requires_grad_(False)
+    if (have, fmt) == ("q4", "q4a8"):
+        return to_q4a8(model)
     if have != "fp32" or any(p.dtype != torch.float32 for p in model.parameters()):
         raise ValueError(f"model must be fp32 to quantize (or int8, to make it w8a8), it is already {have}; "
                          "load or build a fresh fp32 model and quantize that")
@@ -161,6 +170,9 @@ def quantize(model: TinyLM, fmt: str, head: bool = True, kernel: bool = KERNEL) 
         for p in model.parameters():                 # parameters only: the float64 RoPE tables stay exact
             p.data = p.data.to(torch.bfloat16)
         return model.eval().requires_grad_(False)
+    if fmt == "q4a8":
+        a8.require()                                 # before any work: no compiler, no q4a8
+        return to_q4a8(quantize(model, "q4", head, kernel))
     linears = _linears(model, head)
     if fmt == "q4":
         odd = [f"{name} (in_features {lin.in_features})" for _, name, lin in linears if lin.in_features % GROUP]
@@ -172,14 +184,33 @@ def quantize(model: TinyLM, fmt: str, head: bool = True, kernel: bool = KERNEL) 
     return model.eval().requires_grad_(False)
 
 
+def to_q4a8(model: TinyLM) -> TinyLM:
+    """A q4 model (`quantize(model, "q4")` or `load_gguf_q4`) to q4a8 in place: every `Q4Linear` becomes a
+    `tinylm.a8.Q4A8Linear` with the same weights, every `Int8Linear` whose in_features is a multiple of 32
+    (SmolLM2's head, stored as Q8_0) an `Int8A8Linear` with the same codes and scales. Returns the model."""
+    if not isinstance(model, TinyLM) or weight_format(model) != "q4":
+        got = weight_format(model) if isinstance(model, TinyLM) else type(model).__name__
+        raise ValueError(f"to_q4a8 converts a q4 model (quantize(model, 'q4') or load_gguf_q4), got {got}")
+    a8.require()
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, Q4Linear):
+                setattr(parent, name, a8.Q4A8Linear.from_q4(child))
+            elif isinstance(child, Int8Linear) and child.in_features % GROUP == 0:
+                setattr(parent, name, a8.Int8A8Linear(child.weight, child.scale))
+    return model.eval().requires_grad_(False)
+
+
 def quantized_linear(weight: torch.Tensor, fmt: str, kernel: bool = KERNEL) -> nn.Module:
-    """The layer `quantize` puts in place of a linear with this fp32 weight (N, K): Int8Linear, W8A8Linear or
-    Q4Linear for fmt "int8", "w8a8" or "q4"."""
+    """The layer `quantize` puts in place of a linear with this fp32 weight (N, K): Int8Linear, W8A8Linear,
+    Q4Linear or Q4A8Linear for fmt "int8", "w8a8", "q4" or "q4a8"."""
+    check_one_of("fmt", fmt, FORMATS[1:])
     if fmt == "int8":
         return Int8Linear(weight, kernel=kernel)
     if fmt == "w8a8":
         return W8A8Linear(*quantize_int8(weight))
-    return Q4Linear.from_blocks(*quantize_q4_1(weight), kernel=kernel)
+    q4 = Q4Linear.from_blocks(*quantize_q4_1(weight), kernel=kernel)
+    return a8.Q4A8Linear.from_q4(q4) if fmt == "q4a8" else q4
 
 
 def weight_bytes_per_token(model: TinyLM) -> int:

@@ -58,7 +58,7 @@ PINNED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_COR
 # /proc/cpuinfo flags that decide which kernels run: AVX2 and FMA (every current x86-64), VNNI's int8 dot
 # products (vpdpbusd, with AVX-512 or as AVX-VNNI), AVX-512's bf16 dot products, AMX tiles
 CPU_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
-FORMATS = ("fp32", "bf16", "int8", "w8a8", "q4")
+FORMATS = ("fp32", "bf16", "int8", "w8a8", "q4", "q4a8")
 REPEATS = 3                  # runs of each timing by default: the fewest that have a median and a range
 
 
@@ -325,7 +325,8 @@ _LOADED: dict[str, Any] = {}
 
 def smollm2(fmt: str) -> TinyLM:
     """SmolLM2-135M in format fmt, made once per process: fp32 is the file dequantized, q4 the file's own
-    4-bit blocks (`tinylm.gguf_q4`), bf16 and int8 `tinylm.quantize.quantize` of fp32, w8a8 of int8."""
+    4-bit blocks (`tinylm.gguf_q4`), bf16 and int8 `tinylm.quantize.quantize` of fp32, w8a8 of int8, q4a8 of
+    q4 (the same weights, `tinylm.quantize.to_q4a8`)."""
     from .gguf_q4 import load_gguf_q4
     from .pretrained import load_gguf, smollm2_gguf_path
     from .quantize import quantize
@@ -337,8 +338,9 @@ def smollm2(fmt: str) -> TinyLM:
             _LOADED["q4"], _LOADED["tokenizer"] = load_gguf_q4(smollm2_gguf_path())
         elif fmt == "fp32":
             _LOADED["fp32"], _LOADED["tokenizer"] = load_gguf(smollm2_gguf_path(), progress=False)
-        else:                                        # w8a8 on int8's codes: one quantization for both
-            _LOADED[fmt] = quantize(copy.deepcopy(smollm2("int8" if fmt == "w8a8" else "fp32")), fmt)
+        else:                                        # w8a8 on int8's codes, q4a8 on q4's: one quantization
+            start = {"w8a8": "int8", "q4a8": "q4"}.get(fmt, "fp32")
+            _LOADED[fmt] = quantize(copy.deepcopy(smollm2(start)), fmt)
     return _LOADED[fmt]
 
 
