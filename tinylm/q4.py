@@ -45,18 +45,42 @@ def unpack_q4(raw: np.ndarray, ggml_type: int, shape: tuple[int, int]
     d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)[..., 0])                  # (N, G)
     m = torch.from_numpy(blocks[..., 2:4].copy().view(np.float16)[..., 0]) if ggml_type == 3 else None
     qs = torch.from_numpy(blocks[..., -16:].copy())                                          # (N, G, 16)
-    codes = torch.cat([qs & 0xF, qs >> 4], dim=-1)                                           # (N, G, 32)
-    return codes.reshape(N, K), d, m
+    return unpack_nibbles(qs.reshape(N, K // 2)), d, m
+
+
+def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    """codes (N, K) in [0, 15] -> (N, K/2) uint8 in the file's order: byte j of a block of 32 holds weight j in
+    its low nibble and weight j + 16 in its high one."""
+    N, K = codes.shape
+    nib = codes.reshape(N, K // GROUP, 2, GROUP // 2).to(torch.uint8)                        # (N, G, 2, 16)
+    return (nib[:, :, 0] | (nib[:, :, 1] << 4)).reshape(N, K // 2)
+
+
+def unpack_nibbles(nibbles: torch.Tensor) -> torch.Tensor:
+    """The inverse of `pack_nibbles`: (N, K/2) uint8 -> codes (N, K) uint8 in [0, 15]."""
+    N, half = nibbles.shape
+    qs = nibbles.reshape(N, half // (GROUP // 2), GROUP // 2)                                # (N, G, 16)
+    return torch.cat([qs & 0xF, qs >> 4], dim=-1).reshape(N, 2 * half)                      # (N, G, 32)
+
+
+def check_blocks(codes: torch.Tensor, a: torch.Tensor, b: torch.Tensor, names: str = "scale, zero") -> None:
+    """codes (N, K) uint8 in [0, 15] with K a multiple of 32, and two tensors (N, K/32), one number per block
+    each (`names` says which), or a ValueError that says what is wrong."""
+    N, K = codes.shape
+    if K % GROUP or a.shape != (N, K // GROUP) or b.shape != a.shape:
+        raise ValueError(f"codes (N, K) = {tuple(codes.shape)} need K a multiple of {GROUP} and {names} of "
+                         f"shape (N, K/{GROUP}); got {tuple(a.shape)}, {tuple(b.shape)}")
+    if codes.dtype != torch.uint8 or int(codes.max()) > 15:
+        raise ValueError("codes must be uint8 in [0, 15]")
 
 
 def pack_q4(codes: torch.Tensor, d: torch.Tensor, m: torch.Tensor | None) -> np.ndarray:
     """The inverse of `unpack_q4`: codes (N, K), d and m (N, K/32) fp16 -> the file's bytes (N, row_bytes)."""
     N, K = codes.shape
-    nib = codes.reshape(N, K // GROUP, 2, GROUP // 2).to(torch.uint8)                        # (N, G, 2, 16)
     parts = [d.to(torch.float16).view(torch.uint8).reshape(N, -1, 2)]
     if m is not None:
         parts.append(m.to(torch.float16).view(torch.uint8).reshape(N, -1, 2))
-    parts.append(nib[:, :, 0] | (nib[:, :, 1] << 4))                                         # (N, G, 16)
+    parts.append(pack_nibbles(codes).reshape(N, K // GROUP, GROUP // 2))                    # (N, G, 16)
     return torch.cat(parts, dim=-1).reshape(N, -1).numpy()
 
 
@@ -91,12 +115,8 @@ class Q4Linear(nn.Module):
 
     def __init__(self, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, kernel: bool = True):
         super().__init__()
+        check_blocks(codes, scale, zero)
         N, K = codes.shape
-        if K % GROUP or scale.shape != (N, K // GROUP) or zero.shape != scale.shape:
-            raise ValueError(f"codes (N, K) = {tuple(codes.shape)} need K a multiple of {GROUP} and scale, zero of "
-                             f"shape (N, K/{GROUP}); got {tuple(scale.shape)}, {tuple(zero.shape)}")
-        if codes.dtype != torch.uint8 or int(codes.max()) > 15:
-            raise ValueError("codes must be uint8 in [0, 15]")
         self.in_features, self.out_features = K, N
         self.kernel = kernel and int4pack_fits(N, K, GROUP)
         if self.kernel:  # the kernel's own layout of the codes (N, K/2) uint8, made once here

@@ -16,8 +16,10 @@
 #include <torch/library.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
@@ -60,14 +62,17 @@ static inline float hsum8(__m256 v) {
    d, m (K/32) against one quantized activation row */
 static inline float dot_q4(const uint8_t *c, const float *d, const float *m, int64_t nb,
                            const int8_t *qx, const float *dx, const float *sx) {
-    float msum = 0.0f;
-    for (int64_t b = 0; b < nb; b++) msum += m[b] * sx[b];
 #ifdef __AVX2__
     const __m256i low = _mm256_set1_epi8(0x0F);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    /* the minimums' term, sum_b m_b sx_b, eight blocks at a time: as one scalar chain of multiply-adds it
+       waited on itself (4 cycles each) for longer than the integer products took */
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
+    for (; b + 8 <= nb; b += 8) accm = _mm256_fmadd_ps(_mm256_loadu_ps(m + b), _mm256_loadu_ps(sx + b), accm);
+    float tail = 0.0f;
+    for (; b < nb; b++) tail += m[b] * sx[b];
+    for (b = 0; b + 1 < nb; b += 2) {
         __m128i c0 = _mm_loadu_si128((const __m128i *)(c + b * 16));
         __m128i c1 = _mm_loadu_si128((const __m128i *)(c + b * 16 + 16));
         __m256i q0 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(c0, 4), c0), low);
@@ -79,21 +84,22 @@ static inline float dot_q4(const uint8_t *c, const float *d, const float *m, int
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d[b] * dx[b]), _mm256_cvtepi32_ps(p0), acc0);
         acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d[b + 1] * dx[b + 1]), _mm256_cvtepi32_ps(p1), acc1);
     }
-    float s = hsum8(_mm256_add_ps(acc0, acc1));
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), accm)) + tail;
     for (; b < nb; b++) {
         int isum = 0;
         for (int j = 0; j < 16; j++)
             isum += (c[b * 16 + j] & 15) * qx[b * QK + j] + (c[b * 16 + j] >> 4) * qx[b * QK + j + 16];
         s += d[b] * dx[b] * (float)isum;
     }
-    return s + msum;
+    return s;
 #else
-    float s = 0.0f;
+    float s = 0.0f, msum = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
         int isum = 0;
         for (int j = 0; j < 16; j++)
             isum += (c[b * 16 + j] & 15) * qx[b * QK + j] + (c[b * 16 + j] >> 4) * qx[b * QK + j + 16];
         s += d[b] * dx[b] * (float)isum;
+        msum += m[b] * sx[b];
     }
     return s + msum;
 #endif
@@ -143,17 +149,21 @@ static void check_input(const at::Tensor &x, int64_t K, const char *op) {
     TORCH_CHECK(K % QK == 0, op, ": in_features ", K, " is not a multiple of ", QK);
 }
 
-struct Quantized { at::Tensor qx, dx, sx; };
+/* the activations' codes, block scales and block sums, in the calling thread's scratch memory: reused from
+   call to call, since allocating three tensors cost more than quantizing a row */
+struct Quantized { const int8_t *qx; const float *dx, *sx; };
 
 static Quantized quantize(const at::Tensor &x, const char *op) {
+    thread_local std::vector<int8_t> qx;
+    thread_local std::vector<float> dx, sx;
     const int64_t M = x.size(0), K = x.size(1);
-    Quantized q{at::empty({M, K}, x.options().dtype(at::kChar)), at::empty({M, K / QK}, x.options()),
-                at::empty({M, K / QK}, x.options())};
-    int64_t bad = quantize_rows(x.data_ptr<float>(), M, K, q.qx.data_ptr<int8_t>(), q.dx.data_ptr<float>(),
-                                q.sx.data_ptr<float>());
+    qx.resize(M * K);
+    dx.resize(M * K / QK);
+    sx.resize(M * K / QK);
+    int64_t bad = quantize_rows(x.data_ptr<float>(), M, K, qx.data(), dx.data(), sx.data());
     TORCH_CHECK_VALUE(bad == 0, op, ": ", bad, " activation value(s) are NaN or infinite: 8-bit codes cannot hold "
                       "them (the model's numbers overflowed before this layer); check the input and the weights");
-    return q;
+    return {qx.data(), dx.data(), sx.data()};
 }
 
 /* x (M, K) fp32 times Q4_1 weights (N, K): nibbles (N, K/2) uint8, d and m (N, K/32) fp32 -> (M, N) fp32 */
@@ -167,9 +177,8 @@ at::Tensor q4a8_mm(const at::Tensor &x, const at::Tensor &nibbles, const at::Ten
     Quantized q = quantize(x, "q4a8_mm");
     at::Tensor y = at::empty({M, N}, x.options());
     const uint8_t *c = nibbles.data_ptr<uint8_t>();
-    const float *dp = d.data_ptr<float>(), *mp = m.data_ptr<float>(), *dx = q.dx.data_ptr<float>(),
-                *sx = q.sx.data_ptr<float>();
-    const int8_t *qx = q.qx.data_ptr<int8_t>();
+    const float *dp = d.data_ptr<float>(), *mp = m.data_ptr<float>(), *dx = q.dx, *sx = q.sx;
+    const int8_t *qx = q.qx;
     float *yp = y.data_ptr<float>();
     at::parallel_for(0, N, GRAIN, [&](int64_t begin, int64_t end) {
         for (int64_t n = begin; n < end; n++)
@@ -189,8 +198,8 @@ at::Tensor i8a8_mm(const at::Tensor &x, const at::Tensor &weight, const at::Tens
                 "i8a8_mm: weight (N, K) int8 and scale (N,) fp32, contiguous");
     Quantized q = quantize(x, "i8a8_mm");
     at::Tensor y = at::empty({M, N}, x.options());
-    const int8_t *w = weight.data_ptr<int8_t>(), *qx = q.qx.data_ptr<int8_t>();
-    const float *s = scale.data_ptr<float>(), *dx = q.dx.data_ptr<float>();
+    const int8_t *w = weight.data_ptr<int8_t>(), *qx = q.qx;
+    const float *s = scale.data_ptr<float>(), *dx = q.dx;
     float *yp = y.data_ptr<float>();
     at::parallel_for(0, N, GRAIN, [&](int64_t begin, int64_t end) {
         for (int64_t n = begin; n < end; n++)
@@ -204,7 +213,13 @@ at::Tensor i8a8_mm(const at::Tensor &x, const at::Tensor &weight, const at::Tens
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_blocks(const at::Tensor &x) {
     check_input(x, x.size(1), "quantize_blocks");
     Quantized q = quantize(x, "quantize_blocks");
-    return {q.qx, q.dx, q.sx};
+    const int64_t M = x.size(0), K = x.size(1);
+    at::Tensor qx = at::empty({M, K}, x.options().dtype(at::kChar)), dx = at::empty({M, K / QK}, x.options()),
+               sx = at::empty({M, K / QK}, x.options());
+    std::copy(q.qx, q.qx + M * K, qx.data_ptr<int8_t>());
+    std::copy(q.dx, q.dx + M * K / QK, dx.data_ptr<float>());
+    std::copy(q.sx, q.sx + M * K / QK, sx.data_ptr<float>());
+    return {qx, dx, sx};
 }
 
 TORCH_LIBRARY(tinylm, lib) {
