@@ -63,6 +63,16 @@ def test_q4a8_product_equals_its_reference_and_keeps_q4s_weights(rows):
     assert bool((err <= bound * 1.001 + 1e-4).all()) and float(err.max()) > 0
 
 
+@pytest.mark.parametrize("k", [32, 288, 576])
+def test_every_branch_of_the_row_loop_matches_the_reference(k):
+    # AVX2 takes blocks in pairs and the minimums eight at a time: 1 block (a lone odd one), 9 (a pair loop, an
+    # odd block, 8 minimums and one more), 18 (SmolLM2's rows)
+    layer = a8.Q4A8Linear.from_q4(q4_layer(n=40, k=k))
+    x = activations(3, k)
+    want = layer.reference(x)
+    torch.testing.assert_close(layer(x), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+
+
 def test_int8_head_product_equals_its_reference():
     torch.manual_seed(2)
     head = Int8Linear(torch.randn(80, 64))
