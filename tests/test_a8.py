@@ -138,8 +138,18 @@ def test_clear_errors():
 
 def test_without_a_compiler_the_format_says_what_to_do(monkeypatch):
     monkeypatch.setattr(a8, "kernels", lambda: None)
-    with pytest.raises(ValueError, match="C\\+\\+ compiler"):
+    monkeypatch.setattr(a8, "_BUILD_ERRORS", [])
+    with pytest.raises(ValueError, match="C\\+\\+ compiler .*none was found.*use the q4 format"):
         quantize(random_model(tiny()), "q4a8")
+
+
+def test_a_failed_build_quotes_the_compiler(monkeypatch, tmp_path):
+    monkeypatch.setenv("CXX", "false")                  # a "compiler" that fails at once
+    monkeypatch.setenv("TINYLM_CACHE", str(tmp_path))
+    monkeypatch.setattr(a8, "kernels", a8.kernels.__wrapped__)     # no cached answer
+    monkeypatch.setattr(a8, "_BUILD_ERRORS", [])
+    with pytest.raises(ValueError, match="false failed"):
+        a8.require()
 
 
 @pytest.mark.slow

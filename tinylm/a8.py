@@ -38,6 +38,7 @@ from .q4 import GROUP, Q4Linear, check_blocks, pack_nibbles, unpack_nibbles
 
 SOURCE = Path(__file__).parent / "csrc" / "a8.cpp"
 FLAGS = ("-O3", "-march=native", "-std=c++20", "-fopenmp", "-shared", "-fPIC")
+_BUILD_ERRORS: list[str] = []     # what the compiler said when a build failed (require() quotes it)
 
 
 def _cache_dir() -> Path:
@@ -87,8 +88,10 @@ def kernels() -> Path | None:
     lib = _cache_dir() / f"a8-{key.hexdigest()[:16]}.so"
     if not lib.exists():
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        if subprocess.run(_command(cxx, tmp), capture_output=True).returncode != 0:
+        built = subprocess.run(_command(cxx, tmp), capture_output=True, text=True)
+        if built.returncode != 0:
             tmp.unlink(missing_ok=True)
+            _BUILD_ERRORS.append(f"{cxx} failed: {built.stderr.strip()[-600:]}")
             return None
         os.replace(tmp, lib)                                     # atomic: another process sees all or nothing
     torch.ops.load_library(str(lib))
@@ -104,9 +107,11 @@ def available() -> bool:
 
 
 def require() -> None:
+    """Build and load the kernels, or a ValueError that says why not and what to do instead."""
     if kernels() is None:
+        why = _BUILD_ERRORS[-1] if _BUILD_ERRORS else "none was found"
         raise ValueError("the q4a8 kernels need a C++ compiler (g++, c++ or clang++, or $CXX) to build "
-                         "tinylm/csrc/a8.cpp, and none worked here: install one, or use the q4 format")
+                         f"tinylm/csrc/a8.cpp ({why}): install one, or use the q4 format")
 
 
 def quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
