@@ -16,7 +16,7 @@ Decoding one token reads every weight once, so fewer bytes per weight is more to
                            GGUF file's own Q4_0/Q4_1 blocks this way, with nothing requantized
     q4a8    0.75           q4's weights (d and m kept in fp32), and the activations quantized to 8 bits per
                            block of 32: integer dot products, as llama.cpp does (`tinylm.a8`, a C++ kernel
-                           compiled on first use; an int8 head runs the same way). `to_q4a8` converts a q4 model
+                           compiled on first use; an int8 head runs the same way); `to_q4a8` converts a q4 model
 
 int8, per output channel, symmetric (as in LLM.int8's vector-wise quantization, Dettmers et al., 2022):
 
@@ -41,7 +41,6 @@ import torch.nn.functional as F
 
 from . import a8
 from ._checks import check_bool, check_int, check_one_of
-from .a8 import Q4A8Linear
 from .generate import generate
 from .kernels import HAVE_INT8PACK, int8pack_fits
 from .model import TinyLM
@@ -130,7 +129,7 @@ def _linears(model: TinyLM, head: bool) -> list[tuple[nn.Module, str, nn.Linear]
 def weight_format(model: TinyLM) -> str:
     """'fp32', 'bf16', 'int8', 'w8a8', 'q4' or 'q4a8': the format `quantize` (or `load_gguf_q4`, `to_q4a8`) left
     the model in."""
-    for kind, fmt in ((Q4A8Linear, "q4a8"), (Q4Linear, "q4"), (W8A8Linear, "w8a8"), (Int8Linear, "int8")):
+    for kind, fmt in ((a8.Q4A8Linear, "q4a8"), (Q4Linear, "q4"), (W8A8Linear, "w8a8"), (Int8Linear, "int8")):
         if any(isinstance(m, kind) for m in model.modules()):
             return fmt
     return "bf16" if model.embed_tokens.weight.dtype == torch.bfloat16 else "fp32"
@@ -144,7 +143,8 @@ def quantize(model: TinyLM, fmt: str, head: bool = True, kernel: bool = KERNEL) 
     head (int8, w8a8, q4): quantize the output head too (a tied head gets its own copy, the embedding stays
     fp32). kernel (int8, q4): use torch's kernel where it fits (True) or the readable fallback everywhere
     (False). q4 quantizes each weight as llama.cpp's Q4_1 does (`tinylm.q4.quantize_q4_1`) and needs every
-    in_features a multiple of 32; q4a8 is q4 then `to_q4a8` (it needs a C++ compiler: `tinylm.a8`). `generate` and `model.new_cache()` work unchanged (bf16: a bf16 cache).
+    in_features a multiple of 32; q4a8 is q4 then `to_q4a8` (it needs a C++ compiler: `tinylm.a8`).
+    `generate` and `model.new_cache()` work unchanged (bf16: a bf16 cache).
     """
     if not isinstance(model, TinyLM):
         raise ValueError(f"model must be a tinylm.TinyLM, got {type(model).__name__}")
