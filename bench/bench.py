@@ -454,7 +454,8 @@ def kernel_table(threads: int, repeats: int = 7) -> dict[str, dict[str, float]]:
     """Seconds of one (1, K) x (K, N) product at decode's M = 1, on SmolLM2's linear shapes, for the ways to
     multiply by a weight: fp32 F.linear, bf16 F.linear, int8 `_weight_int8pack_mm` (bf16 activations), int8
     dequantize fallback, W8A8 (fbgemm at one row: quantizing the activations included), q4 (the int4 kernel),
-    q4a8 and int8 x a8 (tinylm.a8's integer dot products, quantizing the activations included); median of `repeats` interleaved rounds. Measured before choosing Int8Linear's, W8A8Linear's and the tied
+    q4a8 and int8 x a8 (tinylm.a8's integer dot products, quantizing the activations included); median of
+    `repeats` interleaved rounds. Measured before choosing Int8Linear's, W8A8Linear's and the tied
     head's paths."""
     import torch.nn.functional as F
 
@@ -481,7 +482,8 @@ def kernel_table(threads: int, repeats: int = 7) -> dict[str, dict[str, float]]:
         fns["int8 fallback"] = lambda: fallback(x)
         w8a8, q4, q4a8 = (quantized_linear(w, f) for f in ("w8a8", "q4", "q4a8"))
         fns["w8a8"], fns["q4 kernel"], fns["q4a8"] = lambda: w8a8(x), lambda: q4(x), lambda: q4a8(x)
-        i8a8 = to_q4a8_head(Int8Linear(w))
+        head = Int8Linear(w)                                   # SmolLM2's head in q4a8: int8 rows
+        i8a8 = Int8A8Linear(head.weight, head.scale)
         fns["int8 x a8"] = lambda: i8a8(x)
         inner = 3 if n > 10_000 else 50
         times = {f: [] for f in fns}
