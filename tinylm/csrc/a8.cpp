@@ -58,6 +58,21 @@ static inline float hsum8(__m256 v) {
 }
 #endif
 
+/* one block's integer sum in plain C (where AVX2 is absent, and for an odd last block): Q4_1 codes, byte j
+   holding weight j (low nibble) and weight j + 16 (high), against 32 activation codes */
+static inline int block_q4(const uint8_t *c, const int8_t *qx) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++) isum += (c[j] & 15) * qx[j] + (c[j] >> 4) * qx[j + 16];
+    return isum;
+}
+
+/* the same for 32 int8 weights */
+static inline int block_q8(const int8_t *w, const int8_t *qx) {
+    int isum = 0;
+    for (int j = 0; j < QK; j++) isum += w[j] * qx[j];
+    return isum;
+}
+
 /* one row of Q4_1 blocks: codes (K/2 bytes: byte j of a block = weight j low nibble, weight j+16 high),
    d, m (K/32) against one quantized activation row */
 static inline float dot_q4(const uint8_t *c, const float *d, const float *m, int64_t nb,
@@ -86,19 +101,13 @@ static inline float dot_q4(const uint8_t *c, const float *d, const float *m, int
     }
     float s = hsum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), accm)) + tail;
     for (; b < nb; b++) {
-        int isum = 0;
-        for (int j = 0; j < 16; j++)
-            isum += (c[b * 16 + j] & 15) * qx[b * QK + j] + (c[b * 16 + j] >> 4) * qx[b * QK + j + 16];
-        s += d[b] * dx[b] * (float)isum;
+        s += d[b] * dx[b] * (float)block_q4(c + b * 16, qx + b * QK);
     }
     return s;
 #else
     float s = 0.0f, msum = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
-        int isum = 0;
-        for (int j = 0; j < 16; j++)
-            isum += (c[b * 16 + j] & 15) * qx[b * QK + j] + (c[b * 16 + j] >> 4) * qx[b * QK + j + 16];
-        s += d[b] * dx[b] * (float)isum;
+        s += d[b] * dx[b] * (float)block_q4(c + b * 16, qx + b * QK);
         msum += m[b] * sx[b];
     }
     return s + msum;
@@ -124,17 +133,13 @@ static inline float dot_q8(const int8_t *w, int64_t nb, const int8_t *qx, const 
     }
     float s = hsum8(_mm256_add_ps(acc0, acc1));
     for (; b < nb; b++) {
-        int isum = 0;
-        for (int j = 0; j < QK; j++) isum += w[b * QK + j] * qx[b * QK + j];
-        s += dx[b] * (float)isum;
+        s += dx[b] * (float)block_q8(w + b * QK, qx + b * QK);
     }
     return s;
 #else
     float s = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
-        int isum = 0;
-        for (int j = 0; j < QK; j++) isum += w[b * QK + j] * qx[b * QK + j];
-        s += dx[b] * (float)isum;
+        s += dx[b] * (float)block_q8(w + b * QK, qx + b * QK);
     }
     return s;
 #endif
