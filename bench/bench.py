@@ -335,16 +335,24 @@ def _decode_times(fn_prefill, fn_generate, repeats: int) -> tuple[float, float]:
     return statistics.median(p), statistics.median(g) - statistics.median(p)
 
 
-def _ours_fns(model: TinyLM, prompt: torch.Tensor, new: int, compiled: bool = False):
-    from tinylm.fast import CompiledDecoder
+def _ours_fns(model: TinyLM, prompt: torch.Tensor, new: int, compiled: bool | str = False):
+    """compiled: False (eager), True (generate's compiled=True: tinylm.fast.decoder, the q4a8 layer loop where
+    it runs, else the compiled block), or "block" (the compiled block even where the layer loop runs)."""
+    from unittest import mock
 
-    forward = CompiledDecoder(model) if compiled else model      # compiled: the prefill is the model's own
+    from tinylm import fast
 
-    def prefill():
+    forward = fast.CompiledDecoder(model) if compiled == "block" else fast.decoder(model) if compiled else model
+
+    def prefill():                                               # compiled: the prefill is the model's own
         with torch.inference_mode():
             forward(prompt, cache=forward.new_cache(1, prompt.shape[1] + new))
 
-    return prefill, lambda: generate(model, prompt, new, temperature=0.0, compiled=compiled)
+    def run():
+        with mock.patch.object(importlib.import_module("tinylm.generate"), "compiled_forward", lambda m: forward):
+            return generate(model, prompt, new, temperature=0.0, compiled=bool(compiled))
+
+    return prefill, run
 
 
 def _hf_fns(hf, prompt: torch.Tensor, new: int):
@@ -572,6 +580,8 @@ def bench_formats(companion: str | None = None, repeats: int = 3, threads_list: 
         mem[impl] = int(out.stdout.split()[-1])
     impls = [(f, m, False) for f, m in models.items()] + [(f"{f} compiled", m, True) for f, m in models.items()
                                                            if compiled and f != "w8a8"]   # tinylm.fast refuses it
+    if compiled and "q4a8" in models:                   # compiled=True runs q4a8 as the layer loop: the block too
+        impls.append(("q4a8 compiled block", models["q4a8"], "block"))
     scaling = {}
     for threads in threads_list:
         torch.set_num_threads(threads)
@@ -587,7 +597,7 @@ def bench_formats(companion: str | None = None, repeats: int = 3, threads_list: 
             rows["llama.cpp"] = (FMT_NEW / llama["decode"], FMT_PROMPT / llama["prefill"],
                                  FMT_LONG / llama["prefill_long"])
         for impl, (rate, pre, long_rate) in rows.items():
-            base = impl.removesuffix(" compiled")
+            base = impl.removesuffix(" block").removesuffix(" compiled")
             limit = bw / n_bytes[base]
             peak = f"{mem[impl] / 2**20:6.0f}MiB" if impl in mem else f"{'':9s}"
             name = "llama.cpp Q4_1" if impl == "llama.cpp" else impl if impl == "transformers" else f"tinylm {impl}"

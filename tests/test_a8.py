@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from helpers import random_model, tiny
-from tinylm import a8
+from tinylm import a8, fast
 from tinylm.generate import generate
 from tinylm.q4 import Q4Linear, quantize_q4_1
 from tinylm.quantize import Int8Linear, quantize, to_q4a8, weight_format
@@ -118,6 +118,86 @@ def test_a_model_in_q4a8_keeps_q4s_greedy_tokens_eager_and_compiled():
     logits, ref = q4a8(prompt)[0], q4(prompt)[0]
     assert float((logits - ref).norm() / ref.norm()) < 0.02
     assert weight_format(to_q4a8(q4)) == "q4a8"         # a q4 model converts in place
+
+
+def q4a8_model(**changes):
+    """A tiny Llama-shaped model in q4a8: 3 layers, 4 query heads over 2 KV heads of 16."""
+    return quantize(random_model(tiny(dim=64, ffn_dim=96, vocab_size=96, n_layers=3, max_seq_len=40, **changes),
+                                 std=0.1), "q4a8")
+
+
+def test_the_layer_loop_is_the_models_step_at_every_position_and_row():
+    model = q4a8_model()
+    loop = fast.decoder(model)
+    assert isinstance(loop, fast.LayerLoopDecoder)
+    prompt = torch.randint(0, 96, (2, 5), generator=torch.Generator().manual_seed(0))
+    ours, theirs = loop.new_cache(2, 20), model.new_cache(2, 20)
+    with torch.inference_mode():
+        for cache in (ours, theirs):
+            model(prompt, cache=cache)                              # the prompt is the model's own, in both
+        ids = prompt[:, -1:]
+        for _ in range(12):
+            got, want = loop(ids, cache=ours)[0], model(ids, cache=theirs)[0]      # (2, 1, V)
+            assert got.shape == want.shape and ours.pos == theirs.pos
+            # the same products; only the order of the float sums in norms and attention differs, which can
+            # move an 8-bit activation code by one downstream: close, not bit for bit
+            assert float((got - want).norm() / want.norm()) < 1e-3
+            for new, old in ((ours.k, theirs.k), (ours.v, theirs.v)):             # this step's slot, every layer
+                assert float((new[:, :, :, ours.pos - 1] - old[:, :, :, ours.pos - 1]).abs().max()) < 1e-3
+            ids = want.argmax(-1)
+    assert torch.equal(ours.k[:, :, :, ours.pos:], torch.zeros_like(ours.k[:, :, :, ours.pos:]))  # nothing beyond
+    eager = generate(model, prompt, 12, temperature=0.0)
+    assert torch.equal(generate(model, prompt, 12, temperature=0.0, compiled=True), eager)
+
+
+def test_the_layer_loop_gives_the_same_numbers_on_every_thread_count():
+    model, outs = q4a8_model(), []
+    prompt = torch.tensor([[3, 1, 4, 1, 5, 9]])
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            loop = fast.LayerLoopDecoder(model)
+            cache = loop.new_cache(1, 12)
+            model(prompt, cache=cache)
+            outs.append((loop(prompt[:, -1:], cache=cache)[0], cache.k.clone()))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])  # each sum one thread's
+
+
+def test_the_layer_loop_leaves_other_calls_to_the_model_and_refuses_what_it_cannot_run():
+    model = q4a8_model()
+    loop, prompt = fast.LayerLoopDecoder(model), torch.tensor([[3, 1, 4, 1]])
+    assert torch.equal(loop(prompt)[0], model(prompt)[0])                        # no cache: the model's forward
+    cache = loop.new_cache(1, 8)
+    mask = torch.tensor([[0, 1, 1, 1]])
+    assert torch.equal(loop(prompt, cache=cache, attention_mask=mask)[0],         # a prompt with a pad
+                       model(prompt, cache=model.new_cache(1, 8), attention_mask=mask)[0])
+    with pytest.raises(ValueError, match="q4a8"):
+        fast.LayerLoopDecoder(random_model(tiny()))                              # fp32 linears
+    assert isinstance(fast.decoder(random_model(tiny())), fast.CompiledDecoder)  # which the block compiles
+    with pytest.raises(ValueError, match="qk_norm=True"):
+        fast.LayerLoopDecoder(q4a8_model(qk_norm=True))
+    with pytest.raises(ValueError, match="TinyLM"):
+        a8.layer_weights(torch.nn.Linear(2, 2))
+    full = loop.new_cache(1, 4)
+    model(prompt, cache=full)
+    with pytest.raises(ValueError, match="cache"):                               # no room for one more position
+        loop(prompt[:, -1:], cache=full)
+    x, cos = torch.zeros(1, 64), model.cos[0].float()
+    fresh = loop.new_cache(1, 8)
+    weights, k, v = loop.weights, fresh.k, fresh.v
+    with pytest.raises(RuntimeError, match="23 weight tensors per layer"):       # the op checks what it is given
+        torch.ops.tinylm.q4a8_layers(x, weights[:-1], k, v, 0, cos, cos, 4, 1e-5)
+    with pytest.raises(RuntimeError, match="outside the cache"):
+        torch.ops.tinylm.q4a8_layers(x, weights, k, v, 8, cos, cos, 4, 1e-5)
+    swapped = weights[:1] + weights[4:7] + weights[1:4] + weights[7:]            # k's matrix where q's goes
+    with pytest.raises(RuntimeError, match="weight 1 must be Q4_1 nibbles"):
+        torch.ops.tinylm.q4a8_layers(x, swapped, k, v, 0, cos, cos, 4, 1e-5)
+    with pytest.raises(RuntimeError, match="weight 46 must be a norm's"):           # checked before any layer runs
+        torch.ops.tinylm.q4a8_layers(x, weights[:46] + [weights[47]] + weights[47:], k, v, 0, cos, cos, 4, 1e-5)
+    assert torch.equal(k, torch.zeros_like(k))
 
 
 def test_clear_errors():

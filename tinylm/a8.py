@@ -10,11 +10,13 @@ applying the two scales once per block:
     int8 weights, w = s q:            y = s sum_b dx_b (q_b . qx_b)
 
 The weights are the q4 format's own (the same codes, scales and zeros as `Q4Linear`, or `Int8Linear`'s head):
-only the activations lose precision, at most dx / 2 per value. `tinylm/csrc/a8.cpp` holds the kernels, about 200
+only the activations lose precision, at most dx / 2 per value. `tinylm/csrc/a8.cpp` holds the kernels, about 400
 lines of C++; `kernels()` compiles it on first use with the machine's C++ compiler against torch's headers
 (-O3 -march=native) into a cache folder and loads it as torch ops, `torch.ops.tinylm.q4a8_mm` and
 `torch.ops.tinylm.i8a8_mm`: a microsecond of dispatch, and `torch.compile` (`generate(..., compiled=True)`)
-calls them without splitting its graph.
+calls them without splitting its graph. The same file holds `torch.ops.tinylm.q4a8_layers`, a whole decoding
+step through every layer of a q4a8 Llama-shaped model in one call (`layer_weights` lists what it reads;
+`tinylm.fast.LayerLoopDecoder` calls it).
 `quantize_blocks` and `Q4A8Linear.reference` are the same arithmetic written in torch, which the tests hold the
 C to. Where no C++ compiler is found, `available()` is False and a q4a8 layer says so when it is made.
 `tinylm.quantize` makes the format (`quantize(model, "q4a8")`, `to_q4a8`).
@@ -99,6 +101,42 @@ def kernels() -> Path | None:
     torch.library.register_fake("tinylm::q4a8_mm", lambda x, nibbles, d, m: x.new_empty(x.shape[0], d.shape[0]))
     torch.library.register_fake("tinylm::i8a8_mm", lambda x, w, scale: x.new_empty(x.shape[0], w.shape[0]))
     return lib
+
+
+def layer_weights(model: nn.Module) -> list[torch.Tensor]:
+    """The tensors `torch.ops.tinylm.q4a8_layers` reads, 23 per layer: the input norm's weight, q, k, v and o
+    (nibbles, d, m each), the post-attention norm's weight, gate, up and down. A ValueError says what the
+    layer loop cannot run: it is tinylm.model.Block's arithmetic for a Llama-shaped model (pre-norm RMSNorm,
+    RoPE, SwiGLU, no biases, no q/k norms, no experts) whose seven linears per layer are all q4a8."""
+    from .model import Attention, Block, RMSNorm, SwiGLU, TinyLM
+
+    if not isinstance(model, TinyLM):
+        raise ValueError(f"the q4a8 layer loop needs a tinylm.TinyLM, got {type(model).__name__}")
+    cfg = model.cfg
+    if model.cos is None or cfg.norm_placement != "pre" or cfg.qk_norm or cfg.bias:
+        raise ValueError("the q4a8 layer loop runs Llama-shaped blocks (RoPE, pre-norm, no q/k norm, no biases); "
+                         f"this model has positions={cfg.positions!r}, norm_placement={cfg.norm_placement!r}, "
+                         f"qk_norm={cfg.qk_norm}, bias={cfg.bias}")
+    weights = []
+    for i, block in enumerate(model.layers):
+        attn, mlp = block.self_attn, block.mlp
+        norms = (block.input_layernorm, block.post_attention_layernorm)
+        if type(block) is not Block or type(attn) is not Attention or type(mlp) is not SwiGLU or \
+                not all(type(n) is RMSNorm and n.eps == norms[0].eps for n in norms):
+            raise ValueError(f"layer {i} is not a pre-norm RMSNorm block with a SwiGLU feed-forward "
+                             f"(its feed-forward is {type(mlp).__name__}): the q4a8 layer loop cannot run it")
+        linears = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        if not all(isinstance(lin, Q4A8Linear) for lin in linears):
+            kinds = sorted({type(lin).__name__ for lin in linears})
+            raise ValueError(f"layer {i}'s linears are {', '.join(kinds)}: the q4a8 layer loop needs every one "
+                             "q4a8 (quantize(model, 'q4a8'), or tinylm.quantize.to_q4a8 of a q4 model)")
+        weights.append(norms[0].weight.detach().float().contiguous())
+        for lin in linears[:4]:
+            weights += [lin.nibbles, lin.d, lin.m]
+        weights.append(norms[1].weight.detach().float().contiguous())
+        for lin in linears[4:]:
+            weights += [lin.nibbles, lin.d, lin.m]
+    return weights
 
 
 def available() -> bool:

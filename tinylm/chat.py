@@ -38,7 +38,7 @@ from . import a8
 from ._checks import IGNORE_INDEX, check_bool, check_int, check_number, check_threads
 from .chat_template import COURSE, ChatTemplate, check_messages
 from .config import MAX_SEQ_LEN, Config
-from .fast import CompiledDecoder, cxx_compiler
+from .fast import cxx_compiler, decoder
 from .generate import _check_temperature, _check_top_k, _check_top_p, generate, stream
 from .lora import adapter_chain, load_adapter, remove_lora
 from .model import TinyLM
@@ -153,7 +153,7 @@ class ChatSession:
             if not use_cache:
                 raise ValueError("compiled=True compiles the one-token step against the KV cache; "
                                  "pass use_cache=True, or compiled=False")
-            CompiledDecoder(model)                  # refuses a model it cannot compile (w8a8), before any question
+            decoder(model)                         # refuses a model it cannot compile (w8a8), before any question
         self.generator = torch.Generator(device=model.embed_tokens.weight.device)
         if seed is not None:
             self.generator.manual_seed(check_int("seed", seed, 0, MAX_SEED, hint=" or None"))
@@ -239,7 +239,7 @@ class ChatSession:
         if not self.compiled:
             return
         ids = self.prompt_ids([{"role": "user", "content": "Hi"}])
-        fast, device, was_training = CompiledDecoder(self.model), self.model.embed_tokens.weight.device, \
+        fast, device, was_training = decoder(self.model), self.model.embed_tokens.weight.device, \
             self.model.training
         self.model.eval()
         try:

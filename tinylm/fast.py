@@ -24,6 +24,14 @@ eager's on SmolLM2 (64 tokens, measured; see docs/benchmarks.md). w8a8 is refuse
 are a TorchScript object that Dynamo cannot trace, so every linear splits the graph. Mixture-of-experts
 layers route data-dependently and split it too (a tiny MoE model: 18 graphs, the same tokens).
 No freezing (Inductor's weights-as-constants mode): the one graph serves 30 layers' different weights.
+
+Even compiled, each layer still costs a Dynamo guard check, Inductor's Python wrapper calling some ten kernels,
+and attention over the whole bucket of L slots behind the mask: on SmolLM2 in q4a8 about 8 ms per token on
+one core, as long again as its products (docs/benchmarks.md). For a model whose every layer is q4a8 and
+Llama-shaped, `LayerLoopDecoder` runs all the layers in one C++ call instead (`torch.ops.tinylm.q4a8_layers`,
+tinylm/csrc/a8.cpp): the same arithmetic as `Block`, the same product kernels, attention over the positions
+written so far. `decoder(model)` picks it where it runs and the compiled block elsewhere; it is what
+`generate(..., compiled=True)` and the chat use.
 """
 
 from __future__ import annotations
@@ -142,6 +150,59 @@ class CompiledDecoder:
         return model.lm_head(model.norm(x))                                       # (B, 1, V)
 
 
-def compiled_forward(model: TinyLM) -> CompiledDecoder:
-    """`CompiledDecoder(model)`: what `generate(..., compiled=True)` calls for every forward."""
-    return CompiledDecoder(model)
+class LayerLoopDecoder:
+    """`model`'s forward, with every one-token step against a cache through one C++ call for all its layers:
+    `torch.ops.tinylm.q4a8_layers` (tinylm/csrc/a8.cpp), for a Llama-shaped model whose linears are all q4a8
+    (`tinylm.a8.layer_weights` says which models, and refuses the others).
+
+    The compiled block still leaves each layer to Python: a Dynamo guard check, Inductor's wrapper calling
+    about ten kernels, and attention over the whole cache bucket behind a mask. The layer loop does the same
+    arithmetic with none of that: norms, RoPE, cache writes and attention over the positions written so far
+    in plain C++ loops, the seven products with the q4a8 kernels (q, k and v from one quantized row, gate and
+    up from another). The embedding, the final norm, the head and the sampling stay in Python, once per step.
+    Call it as the model; every other call (a prompt, padding, training, a cache not in fp32) is the model's.
+    """
+
+    def __init__(self, model: TinyLM):
+        from . import a8
+
+        self.weights = a8.layer_weights(model)              # refuses a model the loop cannot run
+        a8.require()
+        self.model = model
+
+    def new_cache(self, batch_size: int = 1, max_len: int | None = None) -> KVCache:
+        """model.new_cache: the loop reads only the positions written, so no rounding up is needed."""
+        return self.model.new_cache(batch_size, max_len)
+
+    def __call__(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
+                 attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        model = self.model
+        padded = attention_mask is not None and not bool(attention_mask.all())
+        if cache is None or targets is not None or padded or idx.shape[1] != 1 or model.training or \
+                cache.k.dtype != torch.float32 or cache.k.device.type != "cpu":
+            return model(idx, targets, cache, attention_mask)
+        check_forward(model.cfg, idx, None, cache, attention_mask)    # ids and cache room
+        pos = cache.pos
+        x = model.embed_tokens(idx, None)[:, 0].float().contiguous()              # (B, C)
+        cos, sin = (t[pos].float().contiguous() for t in (model.cos, model.sin))  # (D,) this position's angles
+        x = torch.ops.tinylm.q4a8_layers(x, self.weights, cache.k, cache.v, pos, cos, sin, model.cfg.n_heads,
+                                         model.layers[0].input_layernorm.eps)   # (B, C), cache slot pos written
+        cache.pos += 1
+        return model.lm_head(model.norm(x[:, None])), None                       # (B, 1, V)
+
+
+def decoder(model: TinyLM) -> CompiledDecoder | LayerLoopDecoder:
+    """The fastest one-token step for `model`: the C++ layer loop where every layer is q4a8 and Llama-shaped
+    (SmolLM2 in the chat's default format), else the compiled block."""
+    from . import a8
+
+    try:
+        a8.layer_weights(model)
+    except ValueError:
+        return CompiledDecoder(model)
+    return LayerLoopDecoder(model)
+
+
+def compiled_forward(model: TinyLM) -> CompiledDecoder | LayerLoopDecoder:
+    """`decoder(model)`: what `generate(..., compiled=True)` calls for every forward."""
+    return decoder(model)

@@ -264,9 +264,10 @@ def generate(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature:
     least one real token; `left_pad` makes both): each row gets the tokens it would get alone (greedy;
     a sampled row also depends on the draws of the others, which share the generator). The output keeps
     the pads in front.
-    compiled: run every one-token step through one transformer block compiled by torch.compile
-    (`tinylm.fast`): the same logits up to rounding, less Python per step, after a compilation of seconds of
-    CPU (once per format, batch size, cache length bucket and thread count).
+    compiled: run every one-token step without Python per layer (`tinylm.fast.decoder`): one C++ call for
+    all layers where every layer is q4a8 and Llama-shaped, else one transformer block compiled by
+    torch.compile. The same logits up to rounding, less overhead per step, after a compilation of seconds of
+    CPU (the block: once per format, batch size, cache length bucket and thread count).
     repetition_penalty: θ for `apply_repetition_penalty` on every row's prompt and new tokens so far (pads
     are not text and are not counted), before temperature, filters and greedy alike; None or 1: off.
     Runs under torch.inference_mode() with the model in eval mode (its previous mode is restored).
@@ -374,7 +375,7 @@ def stream(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: f
     generate (repetition_penalty included), so it yields the tokens generate returns (with the same generator
     state). The model is in eval mode while the stream is open (its previous mode comes back when it ends or
     is closed); each forward runs under torch.inference_mode(), which does not leak into the caller between
-    tokens. compiled: each one-token step through the compiled block, as in generate.
+    tokens. compiled: each one-token step through `tinylm.fast.decoder`, as in generate.
     """
     _check_generate_args(model, idx, max_new_tokens, temperature, top_k, top_p, True, generator, None, None)
     _check_repetition_penalty(repetition_penalty)

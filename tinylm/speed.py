@@ -48,7 +48,7 @@ import torch
 
 from ._checks import check_int
 from .config import Config
-from .fast import CompiledDecoder
+from .fast import CompiledDecoder, LayerLoopDecoder, decoder
 from .generate import generate
 from .model import TinyLM
 
@@ -246,7 +246,7 @@ def timed(fn: Callable[[], Any], repeats: int = 1,
     return interleaved({0: stopwatch(fn, clock, outputs)}, repeats)[0], outputs[0]
 
 
-def prefill_then_decode(model: TinyLM | CompiledDecoder, prompt: torch.Tensor, new: int,
+def prefill_then_decode(model: TinyLM | CompiledDecoder | LayerLoopDecoder, prompt: torch.Tensor, new: int,
                         clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
     """One run: (seconds of the prefill of prompt (B, T) into a new KV cache, seconds of one decoding step after
     it, the median over `new` steps after one untimed step). A step is one forward of one token per row and its
@@ -267,11 +267,11 @@ def prefill_then_decode(model: TinyLM | CompiledDecoder, prompt: torch.Tensor, n
     return prefill, statistics.median(times)
 
 
-def decode_seconds(model: TinyLM | CompiledDecoder, prompt: torch.Tensor, new: int,
+def decode_seconds(model: TinyLM | CompiledDecoder | LayerLoopDecoder, prompt: torch.Tensor, new: int,
                    repeats: int = 1) -> Spread:
     """Seconds of one decoding step over `repeats` runs (a Spread: as a float, their median); in each run the
     prompt (B, T) is prefilled into a KV cache, untimed, and the step's time is the median over `new` steps
-    after one untimed step (`prefill_then_decode`). model: a TinyLM, or a `CompiledDecoder` (its caches, its
+    after one untimed step (`prefill_then_decode`). model: a TinyLM, or a `tinylm.fast.decoder` (its caches, its
     compiled steps)."""
     check_repeats(repeats)
     return interleaved({"decode": lambda: prefill_then_decode(model, prompt, new)[1]}, repeats)["decode"]
@@ -440,17 +440,17 @@ def overhead(new: int = 16, repeats: int = REPEATS, threads: int = 1) -> Spread:
 
 def compiled(formats: list[str] = ["fp32", "q4"], counts: list[int] | None = None, new: int = 32,
              repeats: int = REPEATS, check: int = 64) -> dict[str, dict[str, Any]]:
-    """The overhead switch (`tinylm.fast.CompiledDecoder`) per format and thread count ("fp32 @ 1", ...):
-    seconds of the first compiled run, compile included (`first`, one run: a Spread of n=1); seconds per
-    decoding step, eager and compiled, each a Spread over `repeats` interleaved rounds (`eager`, `compiled`);
-    and, once per format, whether greedy decoding of `check` tokens gives eager's tokens (`same`, at the last
+    """The overhead switch (`tinylm.fast.decoder`: the q4a8 layer loop, or the compiled block) per format and
+    thread count ("fp32 @ 1", ...): seconds of the first compiled run, compile included (`first`, one run: a
+    Spread of n=1); seconds per decoding step, eager and compiled, each a Spread over `repeats` interleaved
+    rounds (`eager`, `compiled`); and, once per format, whether greedy decoding of `check` tokens gives eager's tokens (`same`, at the last
     thread count)."""
     check_repeats(repeats)
     counts = counts or list(range(1, (os.cpu_count() or 1) + 1))
     out: dict[str, dict[str, Any]] = {}
     for f in formats:
         model, prompt = smollm2(f), _prompt(1, 64)
-        fast = CompiledDecoder(model)
+        fast = decoder(model)
         for n in counts:
             _threads(n)
             first = timed(lambda: decode_seconds(fast, prompt, 1))[0]

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -158,17 +159,44 @@ static void check_input(const at::Tensor &x, int64_t K, const char *op) {
    call to call, since allocating three tensors cost more than quantizing a row */
 struct Quantized { const int8_t *qx; const float *dx, *sx; };
 
-static Quantized quantize(const at::Tensor &x, const char *op) {
+static Quantized quantize(const float *x, int64_t M, int64_t K, const char *op) {
     thread_local std::vector<int8_t> qx;
     thread_local std::vector<float> dx, sx;
-    const int64_t M = x.size(0), K = x.size(1);
     qx.resize(M * K);
     dx.resize(M * K / QK);
     sx.resize(M * K / QK);
-    int64_t bad = quantize_rows(x.data_ptr<float>(), M, K, qx.data(), dx.data(), sx.data());
+    int64_t bad = quantize_rows(x, M, K, qx.data(), dx.data(), sx.data());
     TORCH_CHECK_VALUE(bad == 0, op, ": ", bad, " activation value(s) are NaN or infinite: 8-bit codes cannot hold "
                       "them (the model's numbers overflowed before this layer); check the input and the weights");
     return {qx.data(), dx.data(), sx.data()};
+}
+
+static Quantized quantize(const at::Tensor &x, const char *op) {
+    return quantize(x.data_ptr<float>(), x.size(0), x.size(1), op);
+}
+
+/* one Q4_1 weight matrix (N, K) and where its (M, N) product goes */
+struct Q4Weight { const uint8_t *c; const float *d, *m; int64_t N; float *y; };
+
+/* the products of one quantized activation (M, K) with one or more weight matrices (q, k and v share x):
+   their rows are shared among the threads as one range, so three small matrices cost one thread start */
+static void q4_products(const Quantized &q, int64_t M, int64_t K, std::initializer_list<Q4Weight> weights) {
+    const int64_t nb = K / QK;
+    std::vector<Q4Weight> ws(weights);
+    int64_t total = 0;
+    for (const Q4Weight &w : ws) total += w.N;
+    at::parallel_for(0, total, GRAIN, [&](int64_t begin, int64_t end) {
+        int64_t first = 0;
+        for (const Q4Weight &w : ws) {
+            for (int64_t n = std::max(begin, first); n < std::min(end, first + w.N); n++) {
+                const int64_t i = n - first;
+                for (int64_t r = 0; r < M; r++)
+                    w.y[r * w.N + i] = dot_q4(w.c + i * (K / 2), w.d + i * nb, w.m + i * nb, nb, q.qx + r * K,
+                                              q.dx + r * nb, q.sx + r * nb);
+            }
+            first += w.N;
+        }
+    });
 }
 
 /* x (M, K) fp32 times Q4_1 weights (N, K): nibbles (N, K/2) uint8, d and m (N, K/32) fp32 -> (M, N) fp32 */
@@ -181,16 +209,8 @@ at::Tensor q4a8_mm(const at::Tensor &x, const at::Tensor &nibbles, const at::Ten
                 "q4a8_mm: nibbles (N, K/2) uint8, d and m (N, K/32) fp32, all contiguous");
     Quantized q = quantize(x, "q4a8_mm");
     at::Tensor y = at::empty({M, N}, x.options());
-    const uint8_t *c = nibbles.data_ptr<uint8_t>();
-    const float *dp = d.data_ptr<float>(), *mp = m.data_ptr<float>(), *dx = q.dx, *sx = q.sx;
-    const int8_t *qx = q.qx;
-    float *yp = y.data_ptr<float>();
-    at::parallel_for(0, N, GRAIN, [&](int64_t begin, int64_t end) {
-        for (int64_t n = begin; n < end; n++)
-            for (int64_t r = 0; r < M; r++)
-                yp[r * N + n] = dot_q4(c + n * (K / 2), dp + n * nb, mp + n * nb, nb, qx + r * K, dx + r * nb,
-                                       sx + r * nb);
-    });
+    q4_products(q, M, K, {{nibbles.data_ptr<uint8_t>(), d.data_ptr<float>(), m.data_ptr<float>(), N,
+                           y.data_ptr<float>()}});
     return y;
 }
 
@@ -227,14 +247,150 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_blocks(const at::Tensor 
     return {qx, dx, sx};
 }
 
+/* ----------------------------------------------------------------------------------------------------------
+   A whole one-token decoding step through every layer, in one call (tinylm.a8.q4a8_layers): the loop that
+   tinylm.model.Block runs, for a Llama-shaped model whose linears are all Q4_1 (SmolLM2). Per layer:
+
+     h = rmsnorm(x) w1;  q, k, v = h Wq, h Wk, h Wv (one quantization of h);  RoPE on q and k;
+     k, v -> the cache at `pos`;  each query head attends over the positions 0 .. pos of its KV head;
+     x += attn Wo;  h = rmsnorm(x) w2;  x += (silu(h Wg) * h Wu) Wd
+
+   The arithmetic is the Python model's (the same kernels for the products); only the order of the float
+   sums in the norms and the attention differs. What it removes is the cost of calling: some 30 ops per
+   layer, each dispatched from Python or from Inductor's wrapper, and attention over the whole cache
+   behind a mask. */
+
+/* sum of a[i] b[i], eight partial sums (so the compiler can use one vector register without -ffast-math) */
+static inline float dot_f32(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* y = x / rms(x) * w for M rows of C: tinylm.model.RMSNorm */
+static void rmsnorm(const float *x, const float *w, int64_t M, int64_t C, float eps, float *y) {
+    for (int64_t r = 0; r < M; r++) {
+        const float *xr = x + r * C;
+        const float inv = 1.0f / std::sqrt(dot_f32(xr, xr, C) / (float)C + eps);
+        for (int64_t i = 0; i < C; i++) y[r * C + i] = w[i] * (xr[i] * inv);
+    }
+}
+
+/* RoPE, rotate-half layout (tinylm.model.apply_rope): pair (x_i, x_{i+D/2}) turned by the position's angle */
+static void rope(float *x, int64_t heads, int64_t D, const float *cos, const float *sin) {
+    const int64_t h2 = D / 2;
+    for (int64_t h = 0; h < heads; h++) {
+        float *v = x + h * D;
+        for (int64_t i = 0; i < h2; i++) {
+            const float a = v[i], b = v[i + h2];
+            v[i] = a * cos[i] - b * sin[i];
+            v[i + h2] = b * cos[i + h2] + a * sin[i + h2];
+        }
+    }
+}
+
+at::Tensor q4a8_layers(const at::Tensor &x_in, at::TensorList weights, at::Tensor &k_cache, at::Tensor &v_cache,
+                       int64_t pos, const at::Tensor &cos, const at::Tensor &sin, int64_t n_heads, double eps) {
+    const char *op = "q4a8_layers";
+    TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat, op, ": x must be (B, C) fp32");
+    TORCH_CHECK(k_cache.dim() == 5 && k_cache.sizes() == v_cache.sizes() && k_cache.is_contiguous() &&
+                v_cache.is_contiguous() && k_cache.scalar_type() == at::kFloat &&
+                v_cache.scalar_type() == at::kFloat,
+                op, ": k_cache and v_cache must be contiguous fp32 (layers, B, Hkv, max_len, D), got ",
+                k_cache.sizes(), " and ", v_cache.sizes());
+    const int64_t L = k_cache.size(0), B = x_in.size(0), C = x_in.size(1), Hkv = k_cache.size(2),
+                  S = k_cache.size(3), D = k_cache.size(4), H = n_heads;
+    TORCH_CHECK((int64_t)weights.size() == 23 * L, op, ": expected 23 weight tensors per layer for ", L,
+                " layers, got ", weights.size());
+    TORCH_CHECK(k_cache.size(1) == B && H % Hkv == 0 && D % 2 == 0, op, ": cache batch ", k_cache.size(1),
+                " for x's ", B, " rows; ", H, " query heads over ", Hkv, " KV heads of size ", D);
+    TORCH_CHECK(pos >= 0 && pos < S, op, ": position ", pos, " is outside the cache's ", S, " slots");
+    TORCH_CHECK(cos.numel() == D && sin.numel() == D && cos.is_contiguous() && sin.is_contiguous() &&
+                cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat,
+                op, ": cos and sin must be this position's contiguous fp32 rows (", D, ",)");
+    const int64_t F = weights[14].size(0);                   // gate_proj's rows: the feed-forward width
+    auto q4 = [&](int64_t i, int64_t N, int64_t K, float *y) {
+        const at::Tensor &c = weights[i], &d = weights[i + 1], &m = weights[i + 2];
+        TORCH_CHECK(c.scalar_type() == at::kByte && c.is_contiguous() && c.size(0) == N && c.size(1) * 2 == K &&
+                    d.scalar_type() == at::kFloat && m.scalar_type() == at::kFloat && d.is_contiguous() &&
+                    m.is_contiguous() && d.numel() == N * (K / QK) && m.numel() == N * (K / QK),
+                    op, ": weight ", i, " must be Q4_1 nibbles (", N, ", ", K / 2, ") uint8 with d and m (", N,
+                    ", ", K / QK, ") fp32, contiguous");
+        return Q4Weight{c.data_ptr<uint8_t>(), d.data_ptr<float>(), m.data_ptr<float>(), N, y};
+    };
+    auto vec = [&](int64_t i, int64_t n) {
+        TORCH_CHECK(weights[i].scalar_type() == at::kFloat && weights[i].is_contiguous() &&
+                    weights[i].numel() == n, op, ": weight ", i, " must be a norm's (", n, ",) fp32 weight");
+        return weights[i].data_ptr<float>();
+    };
+    for (int64_t l = 0; l < L; l++) {                    // every weight checked before any layer writes the cache
+        const int64_t w = 23 * l;
+        vec(w, C), vec(w + 13, C);
+        q4(w + 1, H * D, C, nullptr), q4(w + 4, Hkv * D, C, nullptr), q4(w + 7, Hkv * D, C, nullptr);
+        q4(w + 10, C, H * D, nullptr), q4(w + 14, F, C, nullptr), q4(w + 17, F, C, nullptr), q4(w + 20, C, F, nullptr);
+    }
+    at::Tensor x_out = x_in.contiguous().clone();
+    float *x = x_out.data_ptr<float>();
+    std::vector<float> h(B * C), q(B * H * D), k(B * Hkv * D), v(B * Hkv * D), att(B * H * D), y(B * C),
+        g(B * F), u(B * F), scores(B * H * (pos + 1));
+    const float scale = 1.0f / std::sqrt((float)D), *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+    float *kc = k_cache.data_ptr<float>(), *vc = v_cache.data_ptr<float>();
+    for (int64_t l = 0; l < L; l++) {
+        const int64_t w = 23 * l;
+        rmsnorm(x, vec(w, C), B, C, (float)eps, h.data());
+        Quantized qh = quantize(h.data(), B, C, op);
+        q4_products(qh, B, C, {q4(w + 1, H * D, C, q.data()), q4(w + 4, Hkv * D, C, k.data()),
+                               q4(w + 7, Hkv * D, C, v.data())});
+        for (int64_t b = 0; b < B; b++) {
+            rope(q.data() + b * H * D, H, D, cp, sp);
+            rope(k.data() + b * Hkv * D, Hkv, D, cp, sp);
+            for (int64_t j = 0; j < Hkv; j++) {            // this position's slot of layer l's cache
+                const int64_t at_ = (((l * B + b) * Hkv + j) * S + pos) * D;
+                std::copy(k.data() + (b * Hkv + j) * D, k.data() + (b * Hkv + j + 1) * D, kc + at_);
+                std::copy(v.data() + (b * Hkv + j) * D, v.data() + (b * Hkv + j + 1) * D, vc + at_);
+            }
+        }
+        at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+            for (int64_t bh = begin; bh < end; bh++) {
+                const int64_t b = bh / H, j = (bh % H) / (H / Hkv);          // query head bh's KV head
+                const float *qv = q.data() + bh * D;
+                const float *K = kc + ((l * B + b) * Hkv + j) * S * D, *V = vc + ((l * B + b) * Hkv + j) * S * D;
+                float *s = scores.data() + bh * (pos + 1), top = -INFINITY, total = 0.0f;
+                for (int64_t t = 0; t <= pos; t++) { s[t] = dot_f32(qv, K + t * D, D) * scale; top = std::max(top, s[t]); }
+                for (int64_t t = 0; t <= pos; t++) { s[t] = std::exp(s[t] - top); total += s[t]; }
+                float *o = att.data() + bh * D;
+                std::fill(o, o + D, 0.0f);
+                for (int64_t t = 0; t <= pos; t++)
+                    for (int64_t i = 0; i < D; i++) o[i] += s[t] * V[t * D + i];
+                for (int64_t i = 0; i < D; i++) o[i] /= total;
+            }
+        });
+        q4_products(quantize(att.data(), B, H * D, op), B, H * D, {q4(w + 10, C, H * D, y.data())});
+        for (int64_t i = 0; i < B * C; i++) x[i] += y[i];
+        rmsnorm(x, vec(w + 13, C), B, C, (float)eps, h.data());
+        q4_products(quantize(h.data(), B, C, op), B, C, {q4(w + 14, F, C, g.data()), q4(w + 17, F, C, u.data())});
+        for (int64_t i = 0; i < B * F; i++) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+        q4_products(quantize(g.data(), B, F, op), B, F, {q4(w + 20, C, F, y.data())});
+        for (int64_t i = 0; i < B * C; i++) x[i] += y[i];
+    }
+    return x_out;
+}
+
 TORCH_LIBRARY(tinylm, lib) {
     lib.def("q4a8_mm(Tensor x, Tensor nibbles, Tensor d, Tensor m) -> Tensor");
     lib.def("i8a8_mm(Tensor x, Tensor weight, Tensor scale) -> Tensor");
     lib.def("quantize_blocks(Tensor x) -> (Tensor, Tensor, Tensor)");
+    lib.def("q4a8_layers(Tensor x, Tensor[] weights, Tensor(a!) k_cache, Tensor(b!) v_cache, int pos, "
+            "Tensor cos, Tensor sin, int n_heads, float eps) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(tinylm, CPU, lib) {
     lib.impl("q4a8_mm", &q4a8_mm);
     lib.impl("i8a8_mm", &i8a8_mm);
     lib.impl("quantize_blocks", &quantize_blocks);
+    lib.impl("q4a8_layers", &q4a8_layers);
 }
