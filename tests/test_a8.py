@@ -252,6 +252,8 @@ def test_smollm2_in_q4a8_is_the_files_weights_close_to_fp32_and_answers_paris():
     # 1.0053 and 97.1% with this one, which sums the same numbers in another order: the 8-bit rounding turns
     # float differences of 1e-7 into different codes downstream, so the ratio moves by the format's own noise
     assert got["q4a8"]["ppl_ratio"] <= 1.01 and got["q4a8"]["top1"] >= 0.95, got
-    answer = ChatSession(q4a8, tok, max_new_tokens=24, temperature=0).ask(
-        "What is the capital of France? Answer in one sentence.")
-    assert "Paris" in answer
+    for compiled in (False, True):                      # True: the layer loop, all 30 layers in one call
+        answer = ChatSession(q4a8, tok, max_new_tokens=24, temperature=0, compiled=compiled).ask(
+            "What is the capital of France? Answer in one sentence.")
+        assert "Paris" in answer, (compiled, answer)
+    assert isinstance(fast.decoder(q4a8), fast.LayerLoopDecoder)

@@ -121,8 +121,9 @@ class ChatSession:
     'The sky is blue.'
 
     context: the tokens of history + reply the model sees (default: all of model.cfg.max_seq_len); the oldest
-    turns are dropped to fit it. compiled: decode through one compiled transformer block (`tinylm.fast`; less
-    Python per token, after seconds of compiling; `warm_up` does that before the first question). Every
+    turns are dropped to fit it. compiled: decode through `tinylm.fast.decoder` (a q4a8 model: all layers in
+    one C++ call; others: one transformer block compiled by torch.compile, after seconds of compiling, which
+    `warm_up` does before the first question). Every
     setting is checked here, before the first question.
     """
 
@@ -313,8 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weight format (default auto: q4a8 where the model's widths allow it and its kernels "
                         "build, else q4, else int8; q4a8 decoded fastest in docs/benchmarks.md)")
     p.add_argument("--compiled", default="auto", choices=("auto", "on", "off"),
-                   help="decode through one transformer block compiled by torch.compile (needs a C++ compiler; "
-                        "default auto: on for int8, q4 and q4a8 where g++ is found, off for fp32 and bf16, which it "
+                   help="decode without Python per layer: q4a8 runs all layers in one C++ call, other formats "
+                        "one transformer block compiled by torch.compile (needs a C++ compiler; default auto: on "
+                        "for int8, q4 and q4a8 where g++ is found, off for fp32 and bf16, which the compiled block "
                         "made slower in docs/benchmarks.md)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="longest reply in tokens (default 256)")
     p.add_argument("--temperature", type=float, default=0.7, help="0 is greedy (default 0.7)")
@@ -373,8 +375,8 @@ def pick_format(model: TinyLM, asked: str) -> str:
     """The weight format to chat in: the one asked for, or for "auto" q4a8 where every linear layer's input
     width is a multiple of 32 (Q4_1's block; SmolLM2's are) and its kernels build here (a C++ compiler), q4
     where only the widths fit, else int8. Measured on an AMD EPYC with AVX2 (docs/benchmarks.md, 2026-12-07,
-    compiled, tokens/s at 1 and 2 threads): q4a8 50.6 and 65.8 against q4's 33.5 and 47.5, fastest of the six;
-    perplexity +0.14% to +0.53% against fp32 (q4 +0.42%)."""
+    compiled, tokens/s at 1 and 2 threads): q4a8 92.7 and 133.7 (its layer loop) against q4's 30.7 and 43.5,
+    fastest of the six; perplexity +0.14% to +0.53% against fp32 (q4 +0.42%)."""
     if asked != "auto":
         return asked
     widths = [m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
@@ -383,7 +385,7 @@ def pick_format(model: TinyLM, asked: str) -> str:
     return "q4a8" if a8.available() else "q4"
 
 
-COMPILED_HELPS = ("int8", "q4", "q4a8")   # the formats the compiled block made faster at 1 and 2 threads
+COMPILED_HELPS = ("int8", "q4", "q4a8")   # the formats compiled=True made faster at 1 and 2 threads
 
 
 def pick_compiled(fmt: str, asked: str) -> bool:
@@ -391,7 +393,8 @@ def pick_compiled(fmt: str, asked: str) -> bool:
     to help and can run. On an AMD EPYC (docs/benchmarks.md, 2026-12-03, tokens/s eager -> compiled, 1 and 2
     threads): q4 37.0 -> 44.8 and 48.1 -> 49.6, int8 25.3 -> 29.9 and 37.0 -> 44.8, but fp32 14.7 -> 14.0 and
     16.4 -> 14.7, bf16 25.1 -> 18.4 at 2 threads; w8a8 cannot be compiled. On an AVX2 EPYC (2026-12-07): q4a8
-    43.8 -> 50.6 and 58.2 -> 65.8. "auto" without a C++ compiler is off."""
+    43.2 -> 92.7 and 44.1 -> 133.7 (the layer loop; the compiled block 53.2 and 59.4). "auto" without a C++
+    compiler is off."""
     if asked != "auto":
         return asked == "on"
     return fmt in COMPILED_HELPS and cxx_compiler() is not None
