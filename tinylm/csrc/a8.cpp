@@ -304,7 +304,7 @@ at::Tensor q4a8_layers(const at::Tensor &x_in, at::TensorList weights, at::Tenso
                 k_cache.sizes(), " and ", v_cache.sizes());
     const int64_t L = k_cache.size(0), B = x_in.size(0), C = x_in.size(1), Hkv = k_cache.size(2),
                   S = k_cache.size(3), D = k_cache.size(4), H = n_heads;
-    TORCH_CHECK((int64_t)weights.size() == 23 * L, op, ": expected 23 weight tensors per layer for ", L,
+    TORCH_CHECK(L >= 1 && (int64_t)weights.size() == 23 * L, op, ": expected 23 weight tensors per layer for ", L,
                 " layers, got ", weights.size());
     TORCH_CHECK(k_cache.size(1) == B && H % Hkv == 0 && D % 2 == 0, op, ": cache batch ", k_cache.size(1),
                 " for x's ", B, " rows; ", H, " query heads over ", Hkv, " KV heads of size ", D);
@@ -331,7 +331,8 @@ at::Tensor q4a8_layers(const at::Tensor &x_in, at::TensorList weights, at::Tenso
         const int64_t w = 23 * l;
         vec(w, C), vec(w + 13, C);
         q4(w + 1, H * D, C, nullptr), q4(w + 4, Hkv * D, C, nullptr), q4(w + 7, Hkv * D, C, nullptr);
-        q4(w + 10, C, H * D, nullptr), q4(w + 14, F, C, nullptr), q4(w + 17, F, C, nullptr), q4(w + 20, C, F, nullptr);
+        q4(w + 10, C, H * D, nullptr), q4(w + 14, F, C, nullptr), q4(w + 17, F, C, nullptr);
+        q4(w + 20, C, F, nullptr);
     }
     at::Tensor x_out = x_in.contiguous().clone();
     float *x = x_out.data_ptr<float>();
@@ -360,7 +361,10 @@ at::Tensor q4a8_layers(const at::Tensor &x_in, at::TensorList weights, at::Tenso
                 const float *qv = q.data() + bh * D;
                 const float *K = kc + ((l * B + b) * Hkv + j) * S * D, *V = vc + ((l * B + b) * Hkv + j) * S * D;
                 float *s = scores.data() + bh * (pos + 1), top = -INFINITY, total = 0.0f;
-                for (int64_t t = 0; t <= pos; t++) { s[t] = dot_f32(qv, K + t * D, D) * scale; top = std::max(top, s[t]); }
+                for (int64_t t = 0; t <= pos; t++) {
+                    s[t] = dot_f32(qv, K + t * D, D) * scale;
+                    top = std::max(top, s[t]);
+                }
                 for (int64_t t = 0; t <= pos; t++) { s[t] = std::exp(s[t] - top); total += s[t]; }
                 float *o = att.data() + bh * D;
                 std::fill(o, o + D, 0.0f);
