@@ -185,14 +185,14 @@ def test_decode_seconds_returns_a_spread_of_its_runs_and_one_run_times_the_prefi
 
 
 def test_the_compiled_job_alternates_eager_and_compiled_steps(fake_models, monkeypatch):
-    class Fast:                                                        # stands in for CompiledDecoder(model)
+    class Fast:                                                        # stands in for decoder(model)
         def __init__(self, model):
             self.name = f"{model} compiled"
 
     def decode(model, prompt, new, repeats=1):
         fake_models["calls"].append(getattr(model, "name", model))
         return speed.Spread([0.5 if new == 1 else 0.01])
-    monkeypatch.setattr(speed, "CompiledDecoder", Fast)
+    monkeypatch.setattr(speed, "decoder", Fast)
     monkeypatch.setattr(speed, "decode_seconds", decode)
     monkeypatch.setattr(speed, "generate", lambda model, ids, new, temperature, compiled=False: ids)
     out = speed.compiled(["q4"], counts=[1], new=4, repeats=3, check=2)
