@@ -15,7 +15,7 @@ from helpers import random_model, tiny
 from tinylm import a8, fast
 from tinylm.generate import generate
 from tinylm.q4 import Q4Linear, quantize_q4_1
-from tinylm.quantize import Int8Linear, quantize, to_q4a8, weight_format
+from tinylm.quantize import Int8Linear, quantize, to_q4a8, weight_bytes_per_token, weight_format
 
 pytestmark = pytest.mark.skipif(not a8.available(), reason="no C++ compiler here: the q4a8 kernels cannot build")
 
@@ -117,6 +117,7 @@ def test_a_model_in_q4a8_keeps_q4s_greedy_tokens_eager_and_compiled():
     assert torch.equal(eager, generate(q4a8, prompt, 12, temperature=0.0, compiled=True))
     logits, ref = q4a8(prompt)[0], q4(prompt)[0]
     assert float((logits - ref).norm() / ref.norm()) < 0.02
+    assert weight_bytes_per_token(q4a8) == weight_bytes_per_token(q4)    # the same blocks, the same bytes
     assert weight_format(to_q4a8(q4)) == "q4a8"         # a q4 model converts in place
 
 
@@ -208,12 +209,16 @@ def test_clear_errors():
         layer(torch.ones(1, 64))
     with pytest.raises(ValueError, match="multiple of 32"):
         a8.Q4A8Linear(torch.zeros(4, 40, dtype=torch.uint8), torch.ones(4, 1), torch.ones(4, 1))
+    with pytest.raises(ValueError, match="bf16 exactly.*from_q4"):               # d = 0.1 is not a bf16 number
+        a8.Q4A8Linear(torch.zeros(4, 32, dtype=torch.uint8), torch.full((4, 1), 0.1), torch.zeros(4, 1))
     with pytest.raises(ValueError, match=r"\[-127, 127\]"):
         a8.Int8A8Linear(torch.full((2, 32), -128, dtype=torch.int8), torch.ones(2))
     with pytest.raises(ValueError, match="converts a q4 model"):
         to_q4a8(random_model(tiny()))
     with pytest.raises(RuntimeError, match="fp32"):          # the op itself checks what it is given
-        torch.ops.tinylm.q4a8_mm(torch.ones(1, 96, dtype=torch.float64), layer.nibbles, layer.d, layer.m)
+        torch.ops.tinylm.q4a8_mm(torch.ones(1, 96, dtype=torch.float64), layer.nibbles, layer.scale, layer.zero)
+    with pytest.raises(RuntimeError, match="bf16"):
+        torch.ops.tinylm.q4a8_mm(torch.ones(1, 96), layer.nibbles, layer.d, layer.m)             # fp32 scales
 
 
 def test_without_a_compiler_the_format_says_what_to_do(monkeypatch):

@@ -98,14 +98,14 @@ def kernels() -> Path | None:
         os.replace(tmp, lib)                                     # atomic: another process sees all or nothing
     torch.ops.load_library(str(lib))
     # shapes without numbers, for torch.compile's tracing (the C++ file defines only the CPU kernels)
-    torch.library.register_fake("tinylm::q4a8_mm", lambda x, nibbles, d, m: x.new_empty(x.shape[0], d.shape[0]))
+    torch.library.register_fake("tinylm::q4a8_mm", lambda x, nibbles, d, z: x.new_empty(x.shape[0], d.shape[0]))
     torch.library.register_fake("tinylm::i8a8_mm", lambda x, w, scale: x.new_empty(x.shape[0], w.shape[0]))
     return lib
 
 
 def layer_weights(model: nn.Module) -> list[torch.Tensor]:
     """The tensors `torch.ops.tinylm.q4a8_layers` reads, 23 per layer: the input norm's weight, q, k, v and o
-    (nibbles, d, m each), the post-attention norm's weight, gate, up and down. A ValueError says what the
+    (nibbles, scale, zero each), the post-attention norm's weight, gate, up and down. A ValueError says what the
     layer loop cannot run: it is tinylm.model.Block's arithmetic for a Llama-shaped model (pre-norm RMSNorm,
     RoPE, SwiGLU, no biases, no q/k norms, no experts) whose seven linears per layer are all q4a8."""
     from .model import Attention, Block, RMSNorm, SwiGLU, TinyLM
@@ -132,10 +132,10 @@ def layer_weights(model: nn.Module) -> list[torch.Tensor]:
                              "q4a8 (quantize(model, 'q4a8'), or tinylm.quantize.to_q4a8 of a q4 model)")
         weights.append(norms[0].weight.detach().float().contiguous())
         for lin in linears[:4]:
-            weights += [lin.nibbles, lin.d, lin.m]
+            weights += [lin.nibbles, lin.scale, lin.zero]
         weights.append(norms[1].weight.detach().float().contiguous())
         for lin in linears[4:]:
-            weights += [lin.nibbles, lin.d, lin.m]
+            weights += [lin.nibbles, lin.scale, lin.zero]
     return weights
 
 
@@ -172,17 +172,36 @@ def _rows(x: torch.Tensor, K: int) -> torch.Tensor:
 
 class Q4A8Linear(nn.Module):
     """A bias-free linear layer with Q4_1 weights, w = d q + m per block of 32 weights of a row, multiplied
-    against 8-bit block activations by `torch.ops.tinylm.q4a8_mm`. x (..., K) -> (..., N) in x's dtype (fp32 inside)."""
+    against 8-bit block activations by `torch.ops.tinylm.q4a8_mm`. x (..., K) -> (..., N) in x's dtype (fp32 inside).
+
+    Each block keeps d (`scale`) and its zero z = m + 8 d (`zero`) in bf16, as q4's `Q4Linear` does: 16 bits
+    each, as the file's fp16 d and m. `d` and `m` give them back in fp32 (m = z - 8 d, as the kernel computes
+    it). d and m that bf16 cannot hold exactly are refused: make the layer from a q4 one (`from_q4`)."""
 
     def __init__(self, codes: torch.Tensor, d: torch.Tensor, m: torch.Tensor):
         super().__init__()
         check_blocks(codes, d, m, names="d, m")
         require()
         N, K = codes.shape
+        d, m = d.float(), m.float()
+        scale, zero = d.bfloat16(), (m + 8 * d).bfloat16()
+        if not (torch.equal(scale.float(), d) and torch.equal(zero.float() - 8 * scale.float(), m)):
+            raise ValueError("q4a8 keeps each block's d and zero m + 8 d in bf16, and these d and m do not fit "
+                             "bf16 exactly: make the layer with Q4A8Linear.from_q4 of a q4 layer")
         self.in_features, self.out_features = K, N
         self.register_buffer("nibbles", pack_nibbles(codes).contiguous())      # (N, K/2), the file's order
-        self.register_buffer("d", d.float().contiguous())                      # (N, K/32)
-        self.register_buffer("m", m.float().contiguous())
+        self.register_buffer("scale", scale.contiguous())                      # (N, K/32) bf16: d
+        self.register_buffer("zero", zero.contiguous())                        # (N, K/32) bf16: m + 8 d
+
+    @property
+    def d(self) -> torch.Tensor:
+        """(N, K/32) fp32: each block's scale."""
+        return self.scale.float()
+
+    @property
+    def m(self) -> torch.Tensor:
+        """(N, K/32) fp32: each block's minimum, zero - 8 d (8 d is exact: one rounding, as in the kernel)."""
+        return self.zero.float() - 8 * self.scale.float()
 
     @classmethod
     def from_q4(cls, layer: Q4Linear) -> "Q4A8Linear":
@@ -191,7 +210,7 @@ class Q4A8Linear(nn.Module):
         return cls(layer.codes(), scale, zero - 8 * scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.ops.tinylm.q4a8_mm(_rows(x, self.in_features), self.nibbles, self.d, self.m)  # (M, N)
+        y = torch.ops.tinylm.q4a8_mm(_rows(x, self.in_features), self.nibbles, self.scale, self.zero)  # (M, N)
         return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
     def codes(self) -> torch.Tensor:

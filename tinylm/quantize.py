@@ -226,7 +226,7 @@ def weight_bytes_per_token(model: TinyLM) -> int:
             continue
         seen.add(id(t))
         nbytes = t.numel() * t.element_size()
-        if name == "embed_tokens.weight" and model.lm_head.weight is not t:   # only the looked-up row
+        if name == "embed_tokens.weight" and getattr(model.lm_head, "weight", None) is not t:   # only its row
             nbytes = t.shape[1] * t.element_size()
         read += nbytes
     return read

@@ -6,6 +6,10 @@
    32 activation codes in one integer dot product, and a float multiply-add per block applies the scales:
 
      Q4_1 weights  w = d q + m, q in [0, 15]:   sum_b d_b dx_b (q_b . qx_b)  +  sum_b m_b dx_b (sum of qx_b)
+
+   Each Q4_1 block keeps d and its zero z = m + 8 d in bf16, as tinylm's q4 format does (16 bits each, as the
+   GGUF file's fp16 d and m): m = z - 8 d is computed in fp32 as the kernel needs it, the same fp32 number
+   q4 would compute (8 d is exact, so one rounding).
      int8 weights  w = s q, q in [-127, 127]:   s (sum_b dx_b (q_b . qx_b))
 
    With AVX2 the dot products are vpmaddubsw (unsigned 8-bit times signed 8-bit, pairs summed in int16) and
@@ -19,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <vector>
 #ifdef __AVX2__
@@ -51,6 +56,10 @@ static int64_t quantize_rows(const float *x, int64_t M, int64_t K, int8_t *qx, f
 }
 
 #ifdef __AVX2__
+static inline __m256 bf16x8(const uint16_t *p) {       // eight bf16 numbers as fp32
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -74,9 +83,20 @@ static inline int block_q8(const int8_t *w, const int8_t *qx) {
     return isum;
 }
 
+static inline float bf16(uint16_t h) {                 // a bf16 number's fp32 value: its bits, shifted up
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline float block_min(const uint16_t *d, const uint16_t *z, int64_t b) {   // m = z - 8 d
+    return bf16(z[b]) - 8.0f * bf16(d[b]);
+}
+
 /* one row of Q4_1 blocks: codes (K/2 bytes: byte j of a block = weight j low nibble, weight j+16 high),
-   d, m (K/32) against one quantized activation row */
-static inline float dot_q4(const uint8_t *c, const float *d, const float *m, int64_t nb,
+   d and z (K/32, bf16 bits) against one quantized activation row */
+static inline float dot_q4(const uint8_t *c, const uint16_t *d, const uint16_t *z, int64_t nb,
                            const int8_t *qx, const float *dx, const float *sx) {
 #ifdef __AVX2__
     const __m256i low = _mm256_set1_epi8(0x0F);
@@ -85,9 +105,13 @@ static inline float dot_q4(const uint8_t *c, const float *d, const float *m, int
        waited on itself (4 cycles each) for longer than the integer products took */
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     int64_t b = 0;
-    for (; b + 8 <= nb; b += 8) accm = _mm256_fmadd_ps(_mm256_loadu_ps(m + b), _mm256_loadu_ps(sx + b), accm);
+    const __m256 eight = _mm256_set1_ps(8.0f);
+    for (; b + 8 <= nb; b += 8) {
+        const __m256 db = bf16x8(d + b), mb = _mm256_sub_ps(bf16x8(z + b), _mm256_mul_ps(eight, db));
+        accm = _mm256_fmadd_ps(mb, _mm256_loadu_ps(sx + b), accm);
+    }
     float tail = 0.0f;
-    for (; b < nb; b++) tail += m[b] * sx[b];
+    for (; b < nb; b++) tail += block_min(d, z, b) * sx[b];
     for (b = 0; b + 1 < nb; b += 2) {
         __m128i c0 = _mm_loadu_si128((const __m128i *)(c + b * 16));
         __m128i c1 = _mm_loadu_si128((const __m128i *)(c + b * 16 + 16));
@@ -97,19 +121,19 @@ static inline float dot_q4(const uint8_t *c, const float *d, const float *m, int
         __m256i x1 = _mm256_loadu_si256((const __m256i *)(qx + b * QK + QK));
         __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), ones);
         __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), ones);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d[b] * dx[b]), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d[b + 1] * dx[b + 1]), _mm256_cvtepi32_ps(p1), acc1);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(bf16(d[b]) * dx[b]), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(bf16(d[b + 1]) * dx[b + 1]), _mm256_cvtepi32_ps(p1), acc1);
     }
     float s = hsum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), accm)) + tail;
     for (; b < nb; b++) {
-        s += d[b] * dx[b] * (float)block_q4(c + b * 16, qx + b * QK);
+        s += bf16(d[b]) * dx[b] * (float)block_q4(c + b * 16, qx + b * QK);
     }
     return s;
 #else
     float s = 0.0f, msum = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
-        s += d[b] * dx[b] * (float)block_q4(c + b * 16, qx + b * QK);
-        msum += m[b] * sx[b];
+        s += bf16(d[b]) * dx[b] * (float)block_q4(c + b * 16, qx + b * QK);
+        msum += block_min(d, z, b) * sx[b];
     }
     return s + msum;
 #endif
@@ -176,7 +200,7 @@ static Quantized quantize(const at::Tensor &x, const char *op) {
 }
 
 /* one Q4_1 weight matrix (N, K) and where its (M, N) product goes */
-struct Q4Weight { const uint8_t *c; const float *d, *m; int64_t N; float *y; };
+struct Q4Weight { const uint8_t *c; const uint16_t *d, *z; int64_t N; float *y; };
 
 /* the products of one quantized activation (M, K) with one or more weight matrices (q, k and v share x):
    their rows are shared among the threads as one range, so three small matrices cost one thread start */
@@ -191,7 +215,7 @@ static void q4_products(const Quantized &q, int64_t M, int64_t K, std::initializ
             for (int64_t n = std::max(begin, first); n < std::min(end, first + w.N); n++) {
                 const int64_t i = n - first;
                 for (int64_t r = 0; r < M; r++)
-                    w.y[r * w.N + i] = dot_q4(w.c + i * (K / 2), w.d + i * nb, w.m + i * nb, nb, q.qx + r * K,
+                    w.y[r * w.N + i] = dot_q4(w.c + i * (K / 2), w.d + i * nb, w.z + i * nb, nb, q.qx + r * K,
                                               q.dx + r * nb, q.sx + r * nb);
             }
             first += w.N;
@@ -199,18 +223,23 @@ static void q4_products(const Quantized &q, int64_t M, int64_t K, std::initializ
     });
 }
 
-/* x (M, K) fp32 times Q4_1 weights (N, K): nibbles (N, K/2) uint8, d and m (N, K/32) fp32 -> (M, N) fp32 */
-at::Tensor q4a8_mm(const at::Tensor &x, const at::Tensor &nibbles, const at::Tensor &d, const at::Tensor &m) {
+/* the bf16 bits of a (N, K/32) block-scale tensor */
+static const uint16_t *bf16_bits(const at::Tensor &t) {
+    return reinterpret_cast<const uint16_t *>(t.data_ptr<at::BFloat16>());
+}
+
+/* x (M, K) fp32 times Q4_1 weights (N, K): nibbles (N, K/2) uint8, d and z = m + 8 d (N, K/32) bf16
+   -> (M, N) fp32 */
+at::Tensor q4a8_mm(const at::Tensor &x, const at::Tensor &nibbles, const at::Tensor &d, const at::Tensor &z) {
     const int64_t N = nibbles.size(0), K = nibbles.size(1) * 2, M = x.size(0), nb = K / QK;
     check_input(x, K, "q4a8_mm");
     TORCH_CHECK(nibbles.scalar_type() == at::kByte && nibbles.is_contiguous() && d.is_contiguous() &&
-                m.is_contiguous() && d.scalar_type() == at::kFloat && m.scalar_type() == at::kFloat &&
-                d.sizes() == m.sizes() && d.size(0) == N && d.size(1) == nb,
-                "q4a8_mm: nibbles (N, K/2) uint8, d and m (N, K/32) fp32, all contiguous");
+                z.is_contiguous() && d.scalar_type() == at::kBFloat16 && z.scalar_type() == at::kBFloat16 &&
+                d.sizes() == z.sizes() && d.dim() == 2 && d.size(0) == N && d.size(1) == nb,
+                "q4a8_mm: nibbles (N, K/2) uint8, d and z (N, K/32) bf16, all contiguous");
     Quantized q = quantize(x, "q4a8_mm");
     at::Tensor y = at::empty({M, N}, x.options());
-    q4_products(q, M, K, {{nibbles.data_ptr<uint8_t>(), d.data_ptr<float>(), m.data_ptr<float>(), N,
-                           y.data_ptr<float>()}});
+    q4_products(q, M, K, {{nibbles.data_ptr<uint8_t>(), bf16_bits(d), bf16_bits(z), N, y.data_ptr<float>()}});
     return y;
 }
 
@@ -314,13 +343,13 @@ at::Tensor q4a8_layers(const at::Tensor &x_in, at::TensorList weights, at::Tenso
                 op, ": cos and sin must be this position's contiguous fp32 rows (", D, ",)");
     const int64_t F = weights[14].size(0);                   // gate_proj's rows: the feed-forward width
     auto q4 = [&](int64_t i, int64_t N, int64_t K, float *y) {
-        const at::Tensor &c = weights[i], &d = weights[i + 1], &m = weights[i + 2];
+        const at::Tensor &c = weights[i], &d = weights[i + 1], &z = weights[i + 2];
         TORCH_CHECK(c.scalar_type() == at::kByte && c.is_contiguous() && c.size(0) == N && c.size(1) * 2 == K &&
-                    d.scalar_type() == at::kFloat && m.scalar_type() == at::kFloat && d.is_contiguous() &&
-                    m.is_contiguous() && d.numel() == N * (K / QK) && m.numel() == N * (K / QK),
-                    op, ": weight ", i, " must be Q4_1 nibbles (", N, ", ", K / 2, ") uint8 with d and m (", N,
-                    ", ", K / QK, ") fp32, contiguous");
-        return Q4Weight{c.data_ptr<uint8_t>(), d.data_ptr<float>(), m.data_ptr<float>(), N, y};
+                    d.scalar_type() == at::kBFloat16 && z.scalar_type() == at::kBFloat16 && d.is_contiguous() &&
+                    z.is_contiguous() && d.numel() == N * (K / QK) && z.numel() == N * (K / QK),
+                    op, ": weight ", i, " must be Q4_1 nibbles (", N, ", ", K / 2, ") uint8 with d and z (", N,
+                    ", ", K / QK, ") bf16, contiguous");
+        return Q4Weight{c.data_ptr<uint8_t>(), bf16_bits(d), bf16_bits(z), N, y};
     };
     auto vec = [&](int64_t i, int64_t n) {
         TORCH_CHECK(weights[i].scalar_type() == at::kFloat && weights[i].is_contiguous() &&
@@ -385,7 +414,7 @@ at::Tensor q4a8_layers(const at::Tensor &x_in, at::TensorList weights, at::Tenso
 }
 
 TORCH_LIBRARY(tinylm, lib) {
-    lib.def("q4a8_mm(Tensor x, Tensor nibbles, Tensor d, Tensor m) -> Tensor");
+    lib.def("q4a8_mm(Tensor x, Tensor nibbles, Tensor d, Tensor z) -> Tensor");
     lib.def("i8a8_mm(Tensor x, Tensor weight, Tensor scale) -> Tensor");
     lib.def("quantize_blocks(Tensor x) -> (Tensor, Tensor, Tensor)");
     lib.def("q4a8_layers(Tensor x, Tensor[] weights, Tensor(a!) k_cache, Tensor(b!) v_cache, int pos, "
