@@ -375,7 +375,7 @@ def pick_format(model: TinyLM, asked: str) -> str:
     """The weight format to chat in: the one asked for, or for "auto" q4a8 where every linear layer's input
     width is a multiple of 32 (Q4_1's block; SmolLM2's are) and its kernels build here (a C++ compiler), q4
     where only the widths fit, else int8. Measured on an AMD EPYC with AVX2 (docs/benchmarks.md, 2026-12-07,
-    compiled, tokens/s at 1 and 2 threads): q4a8 92.7 and 133.7 (its layer loop) against q4's 30.7 and 43.5,
+    compiled, tokens/s at 1 and 2 threads): q4a8 97.0 and 177.3 (its layer loop) against q4's 33.0 and 46.7,
     fastest of the six; perplexity +0.14% to +0.53% against fp32 (q4 +0.42%)."""
     if asked != "auto":
         return asked
@@ -393,7 +393,7 @@ def pick_compiled(fmt: str, asked: str) -> bool:
     to help and can run. On an AMD EPYC (docs/benchmarks.md, 2026-12-03, tokens/s eager -> compiled, 1 and 2
     threads): q4 37.0 -> 44.8 and 48.1 -> 49.6, int8 25.3 -> 29.9 and 37.0 -> 44.8, but fp32 14.7 -> 14.0 and
     16.4 -> 14.7, bf16 25.1 -> 18.4 at 2 threads; w8a8 cannot be compiled. On an AVX2 EPYC (2026-12-07): q4a8
-    43.2 -> 92.7 and 44.1 -> 133.7 (the layer loop; the compiled block 53.2 and 59.4). "auto" without a C++
+    43.9 -> 97.0 and 52.4 -> 177.3 (the layer loop; the compiled block 54.1 and 70.7). "auto" without a C++
     compiler is off."""
     if asked != "auto":
         return asked == "on"
