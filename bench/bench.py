@@ -349,7 +349,7 @@ def _ours_fns(model: TinyLM, prompt: torch.Tensor, new: int, compiled: bool | st
             forward(prompt, cache=forward.new_cache(1, prompt.shape[1] + new))
 
     def run():
-        with mock.patch.object(importlib.import_module("tinylm.generate"), "compiled_forward", lambda m: forward):
+        with mock.patch.object(importlib.import_module("tinylm.generate"), "decoder", lambda m: forward):
             return generate(model, prompt, new, temperature=0.0, compiled=bool(compiled))
 
     return prefill, run

@@ -192,17 +192,10 @@ class LayerLoopDecoder:
 
 
 def decoder(model: TinyLM) -> CompiledDecoder | LayerLoopDecoder:
-    """The fastest one-token step for `model`: the C++ layer loop where every layer is q4a8 and Llama-shaped
-    (SmolLM2 in the chat's default format), else the compiled block."""
-    from . import a8
-
+    """The fastest one-token step for `model`, what `generate(..., compiled=True)` calls for every forward: the
+    C++ layer loop where every layer is q4a8 and Llama-shaped (SmolLM2 in the chat's default format), else the
+    compiled block (which refuses what it cannot compile)."""
     try:
-        a8.layer_weights(model)
-    except ValueError:
+        return LayerLoopDecoder(model)
+    except ValueError:                                   # not a model the layer loop runs
         return CompiledDecoder(model)
-    return LayerLoopDecoder(model)
-
-
-def compiled_forward(model: TinyLM) -> CompiledDecoder | LayerLoopDecoder:
-    """`decoder(model)`: what `generate(..., compiled=True)` calls for every forward."""
-    return decoder(model)

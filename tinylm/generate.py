@@ -38,7 +38,7 @@ from typing import Iterator
 import torch
 
 from ._checks import check_bool, check_int, check_number
-from .fast import compiled_forward
+from .fast import decoder
 from .inputs import check_attention_mask, check_idx
 from .model import TinyLM
 
@@ -282,7 +282,7 @@ def generate(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature:
     try:
         with torch.inference_mode():
             out = _decode(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator, eos_id,
-                          attention_mask, compiled_forward(model) if compiled else model, penalty)
+                          attention_mask, decoder(model) if compiled else model, penalty)
     finally:
         model.train(was_training)
     return out.clone()  # a normal tensor again: inference tensors cannot be fed to a forward that trains
@@ -392,7 +392,7 @@ def stream(model: TinyLM, idx: torch.Tensor, max_new_tokens: int, temperature: f
         T = idx.shape[1]
         seen = idx.new_empty(1, T + max_new_tokens)                          # (1, T + new) the text so far
         seen[:, :T] = idx
-        forward = compiled_forward(model) if compiled else model
+        forward = decoder(model) if compiled else model
         with torch.inference_mode():
             cache = forward.new_cache(1, T + max_new_tokens)                 # the model's, or CompiledDecoder's
             logits = forward(idx, cache=cache)[0][:, -1]                     # (1, V) prefill
