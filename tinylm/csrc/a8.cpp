@@ -277,15 +277,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_blocks(const at::Tensor 
 }
 
 /* ----------------------------------------------------------------------------------------------------------
-   A whole one-token decoding step through every layer, in one call (tinylm.a8.q4a8_layers): the loop that
-   tinylm.model.Block runs, for a Llama-shaped model whose linears are all Q4_1 (SmolLM2). Per layer:
+   A whole one-token decoding step through every layer, in one call (torch.ops.tinylm.q4a8_layers): the loop
+   that tinylm.model.Block runs, for a Llama-shaped model whose linears are all Q4_1 (SmolLM2). Per layer:
 
      h = rmsnorm(x) w1;  q, k, v = h Wq, h Wk, h Wv (one quantization of h);  RoPE on q and k;
      k, v -> the cache at `pos`;  each query head attends over the positions 0 .. pos of its KV head;
      x += attn Wo;  h = rmsnorm(x) w2;  x += (silu(h Wg) * h Wu) Wd
 
    The arithmetic is the Python model's (the same kernels for the products); only the order of the float
-   sums in the norms and the attention differs. What it removes is the cost of calling: some 30 ops per
+   sums in the norms and the attention differs. What it removes is the cost of calling: dozens of ops per
    layer, each dispatched from Python or from Inductor's wrapper, and attention over the whole cache
    behind a mask. */
 
