@@ -97,6 +97,14 @@ def cxx_compiler() -> str | None:
         return None
 
 
+def _one_step(model: TinyLM, idx: torch.Tensor, targets: torch.Tensor | None, cache: KVCache | None,
+              attention_mask: torch.Tensor | None) -> bool:
+    """Whether a forward call is one unpadded token per row against a cache, in eval mode and without targets:
+    the step the decoders below take over (every other call is the model's own)."""
+    padded = attention_mask is not None and not bool(attention_mask.all())
+    return cache is not None and targets is None and not padded and idx.shape[1] == 1 and not model.training
+
+
 class CompiledDecoder:
     """`model`'s forward, with every one-token step against a cache through the compiled block.
 
@@ -126,8 +134,7 @@ class CompiledDecoder:
     def __call__(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
                  attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         model = self.model
-        padded = attention_mask is not None and not bool(attention_mask.all())
-        if cache is None or targets is not None or padded or idx.shape[1] != 1 or model.training:
+        if not _one_step(model, idx, targets, cache, attention_mask):
             return model(idx, targets, cache, attention_mask)
         check_forward(model.cfg, idx, None, cache, attention_mask)    # ids and cache room, here in eager code
         return self._step(idx, cache), None
@@ -177,9 +184,8 @@ class LayerLoopDecoder:
     def __call__(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
                  attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         model = self.model
-        padded = attention_mask is not None and not bool(attention_mask.all())
-        if cache is None or targets is not None or padded or idx.shape[1] != 1 or model.training or \
-                cache.k.dtype != torch.float32 or cache.k.device.type != "cpu":
+        if not _one_step(model, idx, targets, cache, attention_mask) or cache.k.dtype != torch.float32 or \
+                cache.k.device.type != "cpu":
             return model(idx, targets, cache, attention_mask)
         check_forward(model.cfg, idx, None, cache, attention_mask)    # ids and cache room
         pos = cache.pos
